@@ -1,0 +1,228 @@
+"""The ``gpus`` and ``driver`` sections, asked of NVML (nvidia-ml-py) in-process.
+
+NVML answers in milliseconds without creating a CUDA context, where ``nvidia-smi`` takes
+a second per call. Every call that can fail on some device (ECC on a GeForce, MIG before
+Ampere) is asked on its own, so one unsupported field becomes a recorded reason and the
+rest of the device is still read.
+
+Devices are in NVML order (PCI bus order), which is CUDA's order only with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``; ``count`` is every device the driver sees, whatever
+``CUDA_VISIBLE_DEVICES`` hides.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from itertools import combinations
+from typing import Any
+
+import psutil
+
+from probes.env import parse_visible_devices, redact_text
+from probes.facts import Driver, Gpu, GpuLink, GpuProcess, Gpus
+
+NO_NVML = "no NVIDIA driver/NVML"
+
+# nvmlGpuP2PCapsIndex_t; nvidia-ml-py spells READ as the tuple ``(0,)``, so not from there
+_P2P_READ, _P2P_WRITE = 0, 1
+
+_ANCESTOR = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+_P2P_STATUS = {
+    0: "ok",
+    1: "chipset_not_supported",
+    2: "gpu_not_supported",
+    3: "ioh_topology_not_supported",
+    4: "disabled_by_regkey",
+    5: "not_supported",
+    6: "unknown",
+}
+_COMPUTE_MODE = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+
+# pid -> (command line, environment); None when the process cannot be read
+ProcessReader = Callable[[int], tuple[list[str], Mapping[str, str]] | None]
+
+
+def read_process(pid: int) -> tuple[list[str], Mapping[str, str]] | None:
+    try:
+        proc = psutil.Process(pid)
+        cmdline = proc.cmdline()
+    except psutil.Error:
+        return None
+    try:
+        environ = proc.environ()
+    except psutil.Error:  # another user's process: the command line is still worth having
+        environ = {}
+    return cmdline, environ
+
+
+def probe(
+    nvml: Any = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    read_proc: ProcessReader = read_process,
+) -> tuple[Gpus, Driver]:
+    """``nvml`` is the ``pynvml`` module, or a stand-in replaying recorded answers."""
+    environ = os.environ if environ is None else environ
+    gpus = Gpus(source="live", visible=parse_visible_devices(environ.get("CUDA_VISIBLE_DEVICES")))
+    driver = Driver(source="live")
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            _unavailable(gpus, driver, f"{NO_NVML}: nvidia-ml-py is not installed")
+            return gpus, driver
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        _unavailable(gpus, driver, f"{NO_NVML}: {exc}")
+        return gpus, driver
+    try:
+        _read(nvml, gpus, driver, read_proc)
+    finally:
+        nvml.nvmlShutdown()
+    return gpus, driver
+
+
+def _unavailable(gpus: Gpus, driver: Driver, reason: str) -> None:
+    for field in ("count", "devices", "topology"):
+        gpus.unavailable[field] = reason
+    for field in ("version", "cuda_version"):
+        driver.unavailable[field] = reason
+
+
+class _Asker:
+    """Calls NVML, turning an NVMLError into a reason recorded under the field's name."""
+
+    def __init__(self, nvml: Any, unavailable: dict[str, str]) -> None:
+        self.nvml = nvml
+        self.unavailable = unavailable
+
+    def __call__(self, field: str, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self.nvml, fn)(*args)
+        except self.nvml.NVMLError as exc:
+            self.unavailable[field] = f"{fn}: {exc}"
+            return None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _read(nvml: Any, gpus: Gpus, driver: Driver, read_proc: ProcessReader) -> None:
+    ask_driver = _Asker(nvml, driver.unavailable)
+    driver.version = _text(ask_driver("version", "nvmlSystemGetDriverVersion"))
+    cuda = ask_driver("cuda_version", "nvmlSystemGetCudaDriverVersion")
+    if cuda is not None:  # 12020 -> 12.2
+        driver.cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+
+    ask = _Asker(nvml, gpus.unavailable)
+    count = ask("count", "nvmlDeviceGetCount")
+    if count is None:
+        gpus.unavailable["devices"] = gpus.unavailable["topology"] = gpus.unavailable["count"]
+        return
+    gpus.count = count
+    handles: list[Any] = []
+    devices: list[Gpu] = []
+    for index in range(count):
+        handle = ask(f"devices.{index}", "nvmlDeviceGetHandleByIndex", index)
+        if handle is None:
+            continue
+        handles.append(handle)
+        devices.append(_device(ask, index, handle, read_proc))
+    gpus.devices = devices
+    gpus.topology = _topology(nvml, ask, devices, handles)
+
+
+def _device(ask: _Asker, index: int, handle: Any, read_proc: ProcessReader) -> Gpu:
+    key = f"devices.{index}"
+    gpu = Gpu(index=index)
+    gpu.name = _text(ask(f"{key}.name", "nvmlDeviceGetName", handle))
+    gpu.uuid = _text(ask(f"{key}.uuid", "nvmlDeviceGetUUID", handle))
+    pci = ask(f"{key}.pci_bus_id", "nvmlDeviceGetPciInfo", handle)
+    gpu.pci_bus_id = _text(pci.busId) if pci is not None else None
+    memory = ask(f"{key}.memory_total_mib", "nvmlDeviceGetMemoryInfo", handle)
+    if memory is None:
+        ask.unavailable[f"{key}.memory_used_mib"] = ask.unavailable[f"{key}.memory_total_mib"]
+    else:
+        gpu.memory_total_mib = memory.total / 2**20
+        gpu.memory_used_mib = memory.used / 2**20
+    cc = ask(f"{key}.compute_capability", "nvmlDeviceGetCudaComputeCapability", handle)
+    gpu.compute_capability = f"{cc[0]}.{cc[1]}" if cc is not None else None
+    persistence = ask(f"{key}.persistence_mode", "nvmlDeviceGetPersistenceMode", handle)
+    gpu.persistence_mode = None if persistence is None else persistence == 1
+    # uncorrected errors since the driver loaded: the ones that crash a job now
+    gpu.ecc_errors = ask(f"{key}.ecc_errors", "nvmlDeviceGetTotalEccErrors", handle, 1, 0)
+    mig = ask(f"{key}.mig_mode", "nvmlDeviceGetMigMode", handle)
+    gpu.mig_mode = None if mig is None else mig[0] == 1
+    mode = ask(f"{key}.compute_mode", "nvmlDeviceGetComputeMode", handle)
+    gpu.compute_mode = None if mode is None else _COMPUTE_MODE.get(mode, str(mode))
+    running = ask(f"{key}.processes", "nvmlDeviceGetComputeRunningProcesses", handle)
+    if running is not None:
+        gpu.processes = [_process(p, read_proc) for p in running]
+    return gpu
+
+
+def _process(running: Any, read_proc: ProcessReader) -> GpuProcess:
+    used = getattr(running, "usedGpuMemory", None)  # None where the driver hides it
+    proc = GpuProcess(pid=running.pid, used_memory_mib=None if used is None else used / 2**20)
+    # NVML reports host pids; inside a container without the host's pid namespace this
+    # pid is not ours to read, and read_proc finds nothing
+    seen = read_proc(running.pid)
+    if seen is None:
+        return proc
+    cmdline, environ = seen
+    proc.cmdline = redact_text(" ".join(cmdline)) or None
+    proc.rank = _int(environ.get("RANK"))
+    proc.local_rank = _int(environ.get("LOCAL_RANK"))
+    return proc
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _topology(nvml: Any, ask: _Asker, devices: list[Gpu], handles: list[Any]) -> list[GpuLink]:
+    nvlinks = _nvlink_pairs(nvml, devices, handles)
+    links: list[GpuLink] = []
+    for (a, ha), (b, hb) in combinations(zip(devices, handles), 2):
+        key = f"topology.{a.index}-{b.index}"
+        link = GpuLink(a=a.index, b=b.index, nvlinks=nvlinks.get((a.index, b.index), 0))
+        level = ask(f"{key}.common_ancestor", "nvmlDeviceGetTopologyCommonAncestor", ha, hb)
+        if link.nvlinks:
+            link.common_ancestor = "NVLINK"  # as nvidia-smi topo -m shows NV#
+        elif level is not None:
+            link.common_ancestor = _ANCESTOR.get(level, str(level))
+        for field, index in (("p2p_read", _P2P_READ), ("p2p_write", _P2P_WRITE)):
+            status = ask(f"{key}.{field}", "nvmlDeviceGetP2PStatus", ha, hb, index)
+            if status is not None:
+                setattr(link, field, _P2P_STATUS.get(status, str(status)))
+        links.append(link)
+    return links
+
+
+def _nvlink_pairs(nvml: Any, devices: list[Gpu], handles: list[Any]) -> dict[tuple[int, int], int]:
+    """Active NVLink links between each pair, found by the PCI address at each link's far end.
+
+    A GPU without NVLink answers NotSupported on link 0; that is "no links", not a gap.
+    """
+    by_bus = {d.pci_bus_id.lower(): d.index for d in devices if d.pci_bus_id}
+    pairs: dict[tuple[int, int], int] = {}
+    for device, handle in zip(devices, handles):
+        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(handle, link) != 1:
+                    continue
+                remote = _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+            except nvml.NVMLError:
+                break  # past this device's last link
+            other = by_bus.get((remote or "").lower())
+            if other is not None and other > device.index:
+                pairs[(device.index, other)] = pairs.get((device.index, other), 0) + 1
+    return pairs

@@ -1,0 +1,136 @@
+"""The ``torch`` section: how the installed torch was built, and whether CUDA comes up.
+
+Asked in a child interpreter under a deadline: a broken driver can hang or kill the
+process on CUDA init, and that must become a fact, not a hang of the tool. The child
+reports in two stages (build facts, which never touch the driver, then CUDA init), so a
+hang in the second still leaves the first.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+
+from probes import runner
+from probes.facts import TorchBuild
+
+MARK = "@@diagnose-torch@@ "
+
+# Kept in one string so the child needs nothing from this package; each line is one JSON
+# object after MARK, flushed, so a kill mid-way loses only the unfinished stage.
+CHILD = f"""
+import json, sys
+MARK = {MARK!r}
+def say(**facts):
+    print(MARK + json.dumps(facts), flush=True)
+def attempt(fn):
+    try:
+        return fn()
+    except Exception:
+        return None
+import torch
+dist = torch.distributed
+backends = []
+if attempt(dist.is_available):
+    for name in ("nccl", "gloo", "mpi", "ucc", "xccl"):
+        check = getattr(dist, "is_" + name + "_available", None)
+        if check is not None and attempt(check):
+            backends.append(name)
+nccl = attempt(torch.cuda.nccl.version) if torch.version.cuda else None
+flags = attempt(torch._C._cuda_getArchFlags) if hasattr(torch._C, "_cuda_getArchFlags") else None
+cudnn = attempt(torch.backends.cudnn.version)
+say(
+    stage="build",
+    version=torch.__version__,
+    cuda=torch.version.cuda,
+    hip=getattr(torch.version, "hip", None),
+    cudnn=cudnn,
+    nccl=list(nccl) if isinstance(nccl, tuple) else nccl,
+    arch_list=flags.split() if flags else [],
+    backends=backends,
+)
+try:
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    say(stage="cuda", cuda_available=available, device_count=count)
+except Exception as exc:
+    say(stage="cuda", error=type(exc).__name__ + ": " + str(exc))
+"""
+
+
+def probe(
+    run: runner.Runner = runner.run,
+    timeout: float = 20.0,
+    python: Sequence[str] = (sys.executable,),
+) -> TorchBuild:
+    """``python`` is the interpreter argv to ask; tests pass one that stalls or crashes."""
+    facts = TorchBuild(source="live")
+    if tuple(python) == (sys.executable,) and importlib.util.find_spec("torch") is None:
+        facts.unavailable["version"] = "torch is not installed in this environment"
+        return facts
+    result = run([*python, "-c", CHILD], timeout)
+    stages = _stages(result.stdout)
+    build, cuda = stages.get("build"), stages.get("cuda")
+    if build:
+        _fill_build(facts, build)
+    if cuda and "error" not in cuda:
+        facts.cuda_available = cuda["cuda_available"]
+        facts.device_count = cuda["device_count"]
+    elif cuda:
+        facts.init_error = cuda["error"]
+    else:
+        facts.init_error = _why(result, "importing torch" if not build else "CUDA init", timeout)
+    if not build:
+        for field in ("version", "cuda", "cudnn", "nccl", "cuda_build", "arch_list", "backends"):
+            facts.unavailable[field] = facts.init_error
+    if not cuda or "error" in cuda:
+        facts.unavailable["cuda_available"] = facts.init_error
+        facts.unavailable["device_count"] = facts.init_error
+    return facts
+
+
+def _stages(stdout: str) -> dict[str, dict]:
+    stages: dict[str, dict] = {}
+    for line in stdout.splitlines():
+        if line.startswith(MARK):
+            try:
+                data = json.loads(line[len(MARK) :])
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+            stages[data.pop("stage", "")] = data
+    return stages
+
+
+def _fill_build(facts: TorchBuild, build: dict) -> None:
+    facts.version = build["version"]
+    facts.cuda = build["cuda"]
+    facts.hip = build["hip"]
+    facts.cuda_build = bool(build["cuda"] or build["hip"])
+    facts.cudnn = _cudnn_version(build["cudnn"])
+    nccl = build["nccl"]
+    facts.nccl = ".".join(str(p) for p in nccl) if isinstance(nccl, list) else (str(nccl) if nccl else None)
+    if facts.cuda_build and facts.nccl is None:
+        facts.unavailable["nccl"] = "torch reports no NCCL version"
+    if facts.cuda_build and facts.cudnn is None:
+        facts.unavailable["cudnn"] = "torch reports no cuDNN version"
+    facts.arch_list = build["arch_list"]
+    facts.backends = build["backends"]
+
+
+def _cudnn_version(raw: int | None) -> str | None:
+    """torch reports cuDNN as one integer: 8902 is 8.9.2, 90100 is 9.1.0."""
+    if not raw:
+        return None
+    major, rest = (raw // 10000, raw % 10000) if raw >= 90000 else (raw // 1000, raw % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _why(result: runner.Result, stage: str, timeout: float) -> str:
+    if result.error:
+        return f"could not start the torch child: {result.error}"
+    if result.timed_out:
+        return f"torch {stage} timed out after {timeout:g} s (killed)"
+    last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+    return f"torch {stage} failed: {last}"
