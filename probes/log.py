@@ -1,0 +1,726 @@
+"""Read a training log or a pasted traceback into ``Facts.log``.
+
+``read_log(source, name)`` streams its input in blocks, so a multi-GB log is read in
+constant memory. It returns a ``Log`` with
+
+* ``lines``: every line when the log has at most ``SHORT_LOG_LINES`` lines; for a longer
+  log a bounded selection: the first ``HEAD_LINES`` and last ``TAIL_LINES`` lines, every
+  line that looks relevant (an error signature, an error/warning/timeout word, NCCL
+  WARN) with ``CONTEXT`` lines either side, and Python tracebacks from their
+  ``Traceback (most recent call last):`` line to the exception (at most ``TRACEBACK_LINES``).
+  At most ``MAX_RETAINED`` relevant lines are kept: the first half and the last half.
+* ``signatures``: each occurrence of a known error signature (``SIGNATURES`` below), with
+  the line, an excerpt, the rank and the named groups of its pattern; at most
+  ``MAX_PER_SIGNATURE`` per (id, rank) and ``MAX_SIGNATURES`` in all, first ones kept.
+
+Lines are attributed to a rank where the launcher says so: a ``[rank3]:`` prefix (torch
+2.2+), a SLURM ``srun --label`` prefix (``3: ...``), a ``[rank: 3]`` Lightning prefix, the
+``[Rank 3]`` / ``[PG 0 Rank 3]`` tag of ProcessGroupNCCL messages, and the ``rank : 3``
+lines of torchrun's ``ChildFailedError`` summary. torchrun's ``--tee`` prefix
+(``[default3]:``) names a *local* rank; it goes to ``data["local_rank"]``, not ``rank``.
+Line text is kept as written, prefixes included; a line with carriage returns (progress
+bars) keeps only what a terminal would show, its last non-empty ``\\r`` segment.
+
+Input policy: bytes are decoded as UTF-8 with replacement characters (a UTF-16 or UTF-8
+byte-order mark selects that codec), so mixed encodings never raise. A log whose first
+block is mostly binary (NUL or control characters in more than 10% of it) raises
+``LogError`` with a one-line message naming the source; binary junk later in a text log
+is decoded with replacement characters. A line longer than ``MAX_LINE_CHARS`` is cut
+into pieces of that length.
+
+Signature ids (rules reference them as ``{signature: ID}``; ids are stable, never reused).
+Named groups captured into ``Signature.data`` are listed in brackets.
+
+NCCL
+  nccl_error                   any "NCCL error in: FILE:LINE, MESSAGE" or "NCCL Error N: MESSAGE"
+                               [error, nccl_version]
+  nccl_unhandled_system_error  ncclSystemError / "unhandled system error": a system call
+                               (socket, shm, malloc) failed inside NCCL
+  nccl_unhandled_cuda_error    ncclUnhandledCudaError / "unhandled cuda error": a CUDA call
+                               failed inside NCCL (version/arch mismatch, broken P2P)
+  nccl_invalid_usage           ncclInvalidUsage / "invalid usage": e.g. two ranks on one GPU
+  nccl_internal_error          ncclInternalError / NCCL "internal error"
+  nccl_remote_error            ncclRemoteError / "remote process exited or there was a
+                               network error": a peer rank died or the network failed
+  nccl_warn                    any "NCCL WARN" debug line [message]
+  nccl_cuda_failure            "NCCL WARN Cuda failure 'X'" [error]
+  nccl_shm_error               NCCL could not create/open a /dev/shm segment [size]
+  nccl_socket_error            NCCL/gloo socket failures: "Socket creation failed", "no
+                               socket interface found", "No usable listening interface"
+  nccl_ib_error                InfiniBand/RoCE failures: NET/IB errors, "ibv_* failed"
+  nccl_ibverbs_missing         "Failed to open libibverbs.so": harmless without InfiniBand
+  nccl_transport               NCCL INFO channel setup "via P2P/IPC", "via SHM", "via NET/IB"
+                               [transport]
+  nccl_env                     NCCL INFO "NCCL_X set by environment to V" [var, value]
+  nccl_version                 "NCCL version X" banner or error suffix [version]
+  nccl_async_teardown          "Some NCCL operations have failed or timed out" / "taking the
+                               entire process down"
+  nccl_watchdog_timeout        ProcessGroupNCCL "Watchdog caught collective operation
+                               timeout" [collective, seq, timeout_ms, ran_ms]
+  nccl_heartbeat_timeout       the ProcessGroupNCCL heartbeat monitor / watchdog got stuck
+  nccl_not_built               "Distributed package doesn't have NCCL built in"
+  nccl_comm_init_failed        "ncclCommInitRank failed"
+  gloo_timeout                 gloo "Timed out waiting Nms for send/recv operation"
+  collective_mismatch          "Detected mismatch between collectives on ranks"
+                               [collective, shape]
+Process groups, launch and rendezvous
+  address_in_use               "Address already in use", EADDRINUSE, errno 98, a store that
+                               failed to listen [port]
+  rendezvous_timeout           the TCP store / rendezvous timed out waiting for ranks
+                               [joined, expected]
+  connection_refused           "Connection refused" (store, gloo, NCCL bootstrap)
+  child_failed                 torchrun's ChildFailedError, and its summary's first failing
+                               rank [first_failing_rank, exitcode]
+  sigkill_exit                 a process killed by SIGKILL (exit -9 / 137, "Signal 9",
+                               OOM killer) [exitcode, local_rank]
+  lightning_ddp_init           Lightning "Initializing distributed: GLOBAL_RANK: r, MEMBER:
+                               m/n" [member, world_size]
+  duplicate_global_rank        two "GLOBAL_RANK: r" lines with the same r in one log
+                               (SLURM tasks and devices disagree) [rank]
+  lightning_all_registered     Lightning "All distributed processes registered. Starting
+                               with N processes" [world_size]
+  lightning_cuda_visible       Lightning "LOCAL_RANK: r - CUDA_VISIBLE_DEVICES: [..]"
+                               [local_rank, devices]
+  interactive_incompatible     Lightning "is not compatible with an interactive environment"
+  pickle_error                 spawn could not pickle: "Can't pickle", PicklingError, "Can't
+                               get attribute X on <module"
+  torch_extensions_root        "Using DIR as PyTorch extensions root" (DeepSpeed/JIT ops)
+Devices and CUDA
+  duplicate_gpu                "Duplicate GPU detected" (NCCL) or Lightning "must be unique"
+                               [rank_a, rank_b, device]
+  device_mismatch              "Expected all tensors to be on the same device" and its older
+                               / DataParallel forms [device_a, device_b]
+  ddp_multi_device_module      DDP "device_ids and output_device arguments only work with
+                               single-device" (a model spread over GPUs, device_map="auto")
+  quantized_wrong_device       "loaded in 8-bit/4-bit precision on a different device"
+  cuda_oom                     CUDA out of memory [requested, device, total]
+  cuda_fork_reinit             "Cannot re-initialize CUDA in forked subprocess"
+  cuda_invalid_device_ordinal  "invalid device ordinal"
+  cuda_no_kernel_image         "no kernel image is available for execution on the device"
+  cuda_arch_incompatible       "with CUDA capability sm_X is not compatible with the current
+                               PyTorch installation" [arch]
+  cuda_driver_too_old          "The NVIDIA driver on your system is too old", "driver
+                               version is insufficient for CUDA runtime version"
+  torch_not_compiled_with_cuda "Torch not compiled with CUDA enabled"
+  cuda_error                   any other "CUDA error: X" [error]
+DDP
+  ddp_unused_parameters        "Expected to have finished reduction in the prior iteration",
+                               parameters that did not receive grad [indices]
+  ddp_param_shape_mismatch     DDP found the model differs across ranks (param count, sizes
+                               or strides)
+  ddp_verify_params            a frame in _verify_param_shape_across_processes /
+                               _verify_params_across_processes (hangs and errors there)
+Data loading and host memory
+  shm_bus_error                "DataLoader worker (pid N) is killed by signal: Bus error",
+                               "insufficient shared memory (shm)" [pid]
+  shm_no_space                 torch shared-memory file writes failing: "unable to write to
+                               file </torch_...>", "No space left on device" on /dev/shm
+  dataloader_worker_died       a DataLoader worker exited unexpectedly or was killed (other
+                               than a bus error)
+Packages
+  lightning_mixed_packages     objects from `lightning` and `pytorch_lightning` mixed
+  python_exception             any "SomeError: message" exception line [type, message]
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import re
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from probes.facts import Log, LogLine, Signature
+
+SHORT_LOG_LINES = 2000
+HEAD_LINES = 200
+TAIL_LINES = 200
+CONTEXT = 2
+TRACEBACK_LINES = 80
+MAX_RETAINED = 6000
+MAX_PER_SIGNATURE = 20
+MAX_SIGNATURES = 2000
+MAX_LINE_CHARS = 64 * 1024
+KEPT_LINE_CHARS = 2000
+EXAMINE_CHARS = 4096  # signatures are searched in a line's first characters only
+EXCERPT_CHARS = 400
+BLOCK_BYTES = 1 << 20
+
+
+class LogError(ValueError):
+    """A log that cannot be read as text; the message names the source."""
+
+
+@dataclass(frozen=True)
+class SignatureDef:
+    id: str
+    description: str
+    patterns: tuple[re.Pattern[str], ...]
+    # searched on a matching line to fill Signature.data where one pattern cannot hold
+    # every field in a fixed order
+    fields: tuple[re.Pattern[str], ...] = ()
+
+    def match(self, line: str) -> dict[str, str] | None:
+        for pattern in self.patterns:
+            m = pattern.search(line)
+            if m:
+                data = {k: v.strip() for k, v in m.groupdict().items() if v is not None}
+                for extra in self.fields:
+                    f = extra.search(line)
+                    if f:
+                        data.update({k: v.strip() for k, v in f.groupdict().items() if v})
+                return data
+        return None
+
+
+def _sig(id_: str, description: str, *patterns: str, fields: tuple[str, ...] = ()) -> SignatureDef:
+    return SignatureDef(
+        id_, description, tuple(re.compile(p) for p in patterns), tuple(re.compile(f) for f in fields)
+    )
+
+
+_SIZE = r"\d+(?:\.\d+)? ?[KMGT]i?B"
+
+_DEFS = [
+    # --- NCCL ---
+    _sig(
+        "nccl_error",
+        "an NCCL error raised to Python",
+        r"NCCL error in: \S+?, (?P<error>[^,(\n`']+)(?:[^\n]*?NCCL version (?P<nccl_version>\d[\w.+]*))?",
+        r"NCCL Error \d+: (?P<error>[^\n]+)",
+    ),
+    _sig("nccl_unhandled_system_error", "a system call failed inside NCCL",
+         r"unhandled system error", r"ncclSystemError"),
+    _sig("nccl_unhandled_cuda_error", "a CUDA call failed inside NCCL",
+         r"(?i)unhandled cuda error", r"ncclUnhandledCudaError"),
+    _sig("nccl_invalid_usage", "NCCL was called in an invalid way (e.g. two ranks on one GPU)",
+         r"NCCL[^\n]*invalid usage", r"ncclInvalidUsage"),
+    _sig("nccl_internal_error", "NCCL reported an internal error",
+         r"ncclInternalError", r"NCCL[^\n]*\binternal error\b"),
+    _sig("nccl_remote_error", "a peer rank exited or the network failed",
+         r"ncclRemoteError", r"remote process exited or there was a network error"),
+    _sig("nccl_cuda_failure", "NCCL saw a CUDA call fail",
+         r"NCCL WARN Cuda failure '?(?P<error>[^'\n]+)'?"),
+    _sig("nccl_warn", "an NCCL warning", r"NCCL WARN (?P<message>[^\n]*)"),
+    _sig("nccl_shm_error", "NCCL could not create or open a shared memory segment",
+         r"Error while (?:creating|attaching to|opening) shared memory segment[^\n]*?(?:\(size (?P<size>\d+)\))?$",
+         r"NCCL[^\n]*/dev/shm[^\n]*(?:failed|error|No space)"),
+    _sig("nccl_socket_error", "NCCL or gloo could not set up its sockets",
+         r"Socket creation failed", r"[Nn]o socket interface found",
+         r"No usable listening interface found", r"NET/Socket : [^\n]*(?:failed|error)",
+         r"Bootstrap : no socket interface"),
+    _sig("nccl_ib_error", "an InfiniBand / RoCE failure",
+         r"NET/IB\s*:[^\n]*(?:[Ee]rror|failed|Got completion)", r"\bibv_\w+ failed",
+         r"Got completion from peer [^\n]* with error"),
+    _sig("nccl_ibverbs_missing", "libibverbs not found (harmless without InfiniBand)",
+         r"Failed to open libibverbs\.so"),
+    _sig("nccl_transport", "NCCL chose a transport between two ranks",
+         r"NCCL INFO [^\n]*\bvia (?P<transport>P2P/IPC|P2P/direct pointer|P2P/CUMEM|P2P|SHM|NET/IB|NET/Socket|NET/\w+)"),
+    _sig("nccl_env", "an NCCL setting taken from the environment",
+         r"NCCL INFO (?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S+)"),
+    _sig("nccl_version", "the NCCL version in use",
+         r"^(?:\S+ )?NCCL version (?P<version>\d+\.\d+\.\d+[\w.+]*)",
+         r"NCCL version (?P<version>\d+\.\d+\.\d+)\s*$"),
+    _sig("nccl_async_teardown", "NCCL tore the process down after a failed or timed-out operation",
+         r"Some NCCL operations have failed or timed out",
+         r"we are taking the entire process down"),
+    _sig("nccl_watchdog_timeout", "a collective timed out in the ProcessGroupNCCL watchdog",
+         r"Watchdog caught collective operation timeout",
+         fields=(r"OpType=(?P<collective>\w+)", r"SeqNum=(?P<seq>\d+)",
+                 r"Timeout\(ms\)=(?P<timeout_ms>\d+)", r"ran for (?P<ran_ms>\d+) milli")),
+    _sig("nccl_heartbeat_timeout", "the ProcessGroupNCCL watchdog itself got stuck",
+         r"[Hh]eartbeat monitor timed out", r"watchdog (?:thread )?(?:got|is) stuck",
+         r"ProcessGroupNCCL's watchdog got stuck"),
+    _sig("nccl_not_built", "torch has no NCCL (Windows, macOS, CPU build)",
+         r"Distributed package doesn't have NCCL built in"),
+    _sig("nccl_comm_init_failed", "creating the NCCL communicator failed",
+         r"(?i)ncclCommInitRank failed"),
+    _sig("gloo_timeout", "a gloo send/recv timed out",
+         r"gloo[^\n]*Timed out waiting (?P<timeout>\S+) for (?P<op>\w+) operation",
+         r"Timed out waiting \S+ for (?:recv|send) operation to complete"),
+    _sig("collective_mismatch", "ranks called different collectives or shapes",
+         r"Detected mismatch between collectives on ranks",
+         fields=(r"Rank (?P<rank>\d+) is running inconsistent collective", r"OpType=(?P<collective>\w+)",
+                 r"TensorShape\s*=\s*(?P<shape>\[[\d, ]*\])")),
+    # --- launch, rendezvous ---
+    _sig("address_in_use", "the master port is already bound",
+         r"Address already in use", r"EADDRINUSE", r"errno:? 98\b",
+         r"server socket has failed to (?:listen|bind)[^\n]*?(?:port:? (?P<port>\d+))?",
+         fields=(r"port[: ]+(?P<port>\d{2,5})\b",)),
+    _sig("rendezvous_timeout", "the rendezvous / TCP store timed out waiting for ranks",
+         r"Timed out initializing process group store", r"RendezvousTimeoutError",
+         r"DistStoreError: Timed out after", r"Timed out after \d+ seconds waiting for clients",
+         r"client socket has timed out after", r"Socket Timeout", r"RendezvousConnectionError",
+         r"[Ww]ait timeout after \d+ms, keys:",
+         fields=(r"(?P<joined>\d+)/(?P<expected>\d+) clients joined",)),
+    _sig("connection_refused", "a connection to the store or a peer was refused",
+         r"Connection refused", r"ECONNREFUSED", r"errno:? 111\b"),
+    _sig("child_failed", "torchrun reported a failed child process",
+         r"ChildFailedError", r"Root Cause \(first observed failure\)"),
+    _sig("sigkill_exit", "a process was killed with SIGKILL (often the host OOM killer)",
+         r"exitcode\s*:\s*-9\b", r"\(exitcode: -9\)", r"Signal 9 \(SIGKILL\)", r"Signals\.SIGKILL",
+         r"exit (?:code|status):? (?:-9|137)\b", r"non-zero exit status (?:-9|137)\b",
+         r"Out of memory: Killed process", r"\boom-kill", r"^(?:\S+: )?Killed\s*$",
+         fields=(r"exitcode\s*:?\s*(?P<exitcode>-?\d+)", r"local_rank: (?P<local_rank>\d+)")),
+    _sig("lightning_ddp_init", "Lightning initialised a rank",
+         r"(?i)initializing (?:distributed|ddp): GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<member>\d+)/(?P<world_size>\d+)"),
+    _sig("lightning_all_registered", "all ranks registered with Lightning",
+         r"All distributed processes registered\. Starting with (?P<world_size>\d+) processes"),
+    _sig("lightning_cuda_visible", "Lightning printed the devices a local rank sees",
+         r"LOCAL_RANK: (?P<local_rank>\d+) - CUDA_VISIBLE_DEVICES: \[(?P<devices>[^\]]*)\]"),
+    _sig("interactive_incompatible", "a script launcher strategy was used in a notebook",
+         r"is not compatible with an interactive environment"),
+    _sig("pickle_error", "multiprocessing spawn could not pickle an object",
+         r"Can't pickle", r"PicklingError", r"Can't get attribute '?\w+'? on <module",
+         r"cannot pickle '"),
+    _sig("torch_extensions_root", "a torch C++ extension (DeepSpeed op) is being built or loaded",
+         r"Using (?P<path>\S+) as PyTorch extensions root"),
+    # --- devices and CUDA ---
+    _sig("duplicate_gpu", "two ranks use the same GPU",
+         r"Duplicate GPU detected ?: rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)",
+         r"Duplicate GPU detected", r"[Dd]evice ID's \(GPU\) must be unique", r"device ids must be unique"),
+    _sig("device_mismatch", "tensors of one operation live on different devices",
+         r"Expected all tensors to be on the same device, but found at least two devices, (?P<device_a>[\w:]+) and (?P<device_b>[\w:]+)",
+         r"Expected all tensors to be on the same device",
+         r"to have the same device as tensor for argument",
+         r"module must have its parameters and buffers on device (?P<device_a>[\w:]+) \(device_ids\[0\]\) but found one of them on device: (?P<device_b>[\w:]+)",
+         r"Input and parameter tensors are not at the same device"),
+    _sig("ddp_multi_device_module", "DDP was given a model spread over several GPUs",
+         r"device_ids and output_device arguments only work with single-device"),
+    _sig("quantized_wrong_device", "a 4/8-bit model is trained on another device than it was loaded on",
+         r"loaded in (?:8-bit|4-bit|8-bit or 4-bit) precision on a different device"),
+    _sig("cuda_oom", "CUDA ran out of memory",
+         r"CUDA out of memory", r"OutOfMemoryError: CUDA", r"CUDA error: out of memory",
+         fields=(r"Tried to allocate (?P<requested>" + _SIZE + ")",
+                 r"GPU (?P<device>\d+)(?:;| has a total capacity)",
+                 r"(?P<total>" + _SIZE + r") total capacity",
+                 r"total capacity of (?P<total>" + _SIZE + ")")),
+    _sig("cuda_fork_reinit", "CUDA was initialised before a fork",
+         r"Cannot re-initialize CUDA in forked subprocess"),
+    _sig("cuda_invalid_device_ordinal", "a process asked for a GPU it cannot see",
+         r"invalid device ordinal"),
+    _sig("cuda_no_kernel_image", "torch has no kernels for this GPU",
+         r"no kernel image is available for execution on the device"),
+    _sig("cuda_arch_incompatible", "the GPU's architecture is not in the torch build",
+         r"with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"),
+    _sig("cuda_driver_too_old", "the NVIDIA driver is too old for torch's CUDA",
+         r"NVIDIA driver on your system is too old", r"driver version is insufficient for CUDA runtime version"),
+    _sig("torch_not_compiled_with_cuda", "a CPU-only torch build",
+         r"Torch not compiled with CUDA enabled"),
+    _sig("cuda_error", "a CUDA runtime error",
+         r"CUDA error: (?P<error>[^\n]+)", r"cuda runtime error \(\d+\) : (?P<error>[^\n]+)"),
+    # --- DDP ---
+    _sig("ddp_unused_parameters", "DDP parameters that received no gradient",
+         r"Expected to have finished reduction in the prior iteration",
+         r"did not receive grad for rank (?P<rank>\d+): (?P<indices>[\d, ]+)",
+         r"find_unused_parameters=True[^\n]*(?:unused|did not)"),
+    _sig("ddp_param_shape_mismatch", "the model differs across ranks at DDP construction",
+         r"DDP expects same model across all ranks",
+         r"appears not to match (?:sizes|strides) of the same param in process",
+         r"params\[\d+\] in this process with sizes"),
+    _sig("ddp_verify_params", "a frame in DDP's cross-rank model check",
+         r"_verify_param(?:s|_shape)_across_processes"),
+    # --- data loading, host memory ---
+    _sig("shm_bus_error", "a DataLoader worker died of a bus error (shared memory exhausted)",
+         r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error",
+         r"insufficient shared memory \(shm\)", r"Unexpected bus error encountered in worker"),
+    _sig("shm_no_space", "writing a tensor to shared memory failed",
+         r"unable to write to file </torch_", r"/dev/shm[^\n]*No space left on device",
+         r"No space left on device[^\n]*/dev/shm"),
+    _sig("dataloader_worker_died", "a DataLoader worker exited unexpectedly",
+         r"DataLoader worker \(pids?[^)]*\) (?:exited unexpectedly|is killed by signal: (?!Bus error))"),
+    # --- packages ---
+    _sig("lightning_mixed_packages", "objects from `lightning` and `pytorch_lightning` mixed",
+         r"from `?pytorch_lightning`? with a model from `?lightning",
+         r"`model` must be a `LightningModule`(?: or `torch\._dynamo\.OptimizedModule`)?, got `"),
+    _sig("python_exception", "a Python exception line",
+         r"^\s*(?:\[[^\]]*\]:?\s*)?(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?::\s*(?P<message>[^\n]*)|\s*$)"),
+]
+
+SIGNATURES: dict[str, SignatureDef] = {d.id: d for d in _DEFS}
+# Emitted by the reader itself from what several lines say together, not by a pattern.
+SIGNATURES["duplicate_global_rank"] = SignatureDef(
+    "duplicate_global_rank", "two ranks report the same GLOBAL_RANK", ()
+)
+
+# A line is worth keeping in a long log when it matches a signature or one of these.
+_RELEVANT = re.compile(
+    r"(?i)\b(?:error|warn(?:ing)?|exception|traceback|fatal|killed|timed? ?out|fail(?:ed|ure)?|"
+    r"abort(?:ed)?|segmentation fault|core dumped|hang(?:s|ing)?|stuck|deadlock)\b"
+)
+# Cheap first pass over a whole block: lines without any of these are only counted.
+_PREFILTER = re.compile(
+    r"(?i)error|warn|exception|traceback|fatal|killed|time[d ]?\s?out|fail|abort|fault|dump|hang|"
+    r"stuck|deadlock|nccl|cuda|rank|signal|sigkill|exitcode|exit (?:code|status)|address|socket|"
+    r"refused|pickle|device|memory|shm|bus |ibv_|net/|extensions root|registered|interactive|"
+    r"_verify_param|ordinal|lightning|reduction|unique|oom|errno|interrupt|addrinuse|attribute|param|"
+    r"write to file|kernel image|completion"
+)
+
+_RANK_PREFIX = re.compile(r"^\s*\[rank(?P<rank>\d+)\]:")
+_LOCAL_PREFIX = re.compile(r"^\s*\[[A-Za-z_]+(?P<local>\d+)\]:")
+_SLURM_PREFIX = re.compile(r"^\s*(?P<rank>\d{1,5}): ")
+_INLINE_RANK = re.compile(r"\[(?:rank: ?|(?:PG [^\]]*?)?Rank )(?P<rank>\d+)\]")
+_SUMMARY_RANK = re.compile(r"^\s*(?:\[\w+\]:)?\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_STRIP_PREFIX = re.compile(r"^\s*(?:\[\w+(?:: ?\d+)?\]:?|\d{1,5}:)\s?")
+_SUMMARY_SPAN = 8  # lines after "rank : N" that still belong to that rank's summary entry
+
+
+def _displayed(line: str) -> str:
+    if "\r" not in line:
+        return line
+    parts = [p for p in line.split("\r") if p.strip()]
+    return parts[-1] if parts else ""
+
+
+@dataclass
+class _State:
+    name: str
+    lines_read: int = 0
+    head: list[LogLine] = field(default_factory=list)
+    first: list[LogLine] = field(default_factory=list)
+    last: deque[LogLine] = field(default_factory=lambda: deque(maxlen=MAX_RETAINED // 2))
+    kept_nos: set[int] = field(default_factory=set)
+    tail: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    before: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT))
+    after_left: int = 0
+    traceback_left: int = 0
+    traceback_started: bool = False
+    summary_rank: int | None = None
+    summary_line: int = -(10**9)
+    in_root_cause: bool = False
+    signatures: list[Signature] = field(default_factory=list)
+    per_key: dict[tuple[str, int | None], int] = field(default_factory=dict)
+    global_ranks: dict[int, int] = field(default_factory=dict)
+
+
+class _Reader:
+    def __init__(self, name: str) -> None:
+        self.s = _State(name)
+
+    # --- per line ---------------------------------------------------------------------------
+
+    def _rank(self, text: str) -> tuple[int | None, int | None]:
+        """(rank, local_rank) a line's launcher prefix or inline tag names."""
+        m = _RANK_PREFIX.match(text) or _SLURM_PREFIX.match(text)
+        if m:
+            return int(m.group("rank")), None
+        m = _LOCAL_PREFIX.match(text)
+        local = int(m.group("local")) if m else None
+        m = _INLINE_RANK.search(text)
+        if m:
+            return int(m.group("rank")), local
+        return None, local
+
+    def _keep(self, no: int, text: str) -> None:
+        s = self.s
+        if no in s.kept_nos or no <= HEAD_LINES:
+            return
+        rank, _ = self._rank(text)
+        line = LogLine(no=no, text=text[:KEPT_LINE_CHARS], rank=rank, source=s.name)
+        if len(s.first) < MAX_RETAINED // 2:
+            s.first.append(line)
+            s.kept_nos.add(no)
+        else:
+            if len(s.last) == s.last.maxlen:
+                s.kept_nos.discard(s.last[0].no)
+            s.last.append(line)
+            s.kept_nos.add(no)
+
+    def _signature(self, sig_id: str, no: int, text: str, rank: int | None, data: dict[str, str]) -> None:
+        s = self.s
+        key = (sig_id, rank)
+        count = s.per_key.get(key, 0)
+        if count >= MAX_PER_SIGNATURE or len(s.signatures) >= MAX_SIGNATURES:
+            return
+        s.per_key[key] = count + 1
+        s.signatures.append(
+            Signature(id=sig_id, line=no, excerpt=text.strip()[:EXCERPT_CHARS], rank=rank, source=s.name, data=data)
+        )
+
+    def _examine(self, no: int, text: str) -> bool:
+        """Find signatures on one line and update rank state; True if the line is relevant."""
+        s = self.s
+        rank, local = self._rank(text)
+        summary = _SUMMARY_RANK.match(text)
+        if _ROOT_CAUSE.search(text):
+            s.in_root_cause = True
+        if summary:
+            s.summary_rank, s.summary_line = int(summary.group("rank")), no
+            if s.in_root_cause:
+                s.in_root_cause = False
+                self._signature("child_failed", no, text, s.summary_rank,
+                                {"first_failing_rank": summary.group("rank"), "local_rank": summary.group("local")})
+        elif rank is None and no - s.summary_line <= _SUMMARY_SPAN:
+            rank = s.summary_rank
+        relevant = bool(summary)
+        for sig in _DEFS:
+            data = sig.match(text)
+            if data is None:
+                continue
+            relevant = True
+            sig_rank = rank
+            if sig.id in ("collective_mismatch", "ddp_unused_parameters", "lightning_ddp_init") and "rank" in data:
+                sig_rank = int(data.pop("rank"))
+            if local is not None:
+                data.setdefault("local_rank", str(local))
+            if sig.id == "lightning_ddp_init" and sig_rank is not None:
+                seen = s.global_ranks.get(sig_rank, 0) + 1
+                s.global_ranks[sig_rank] = seen
+                if seen == 2:
+                    self._signature("duplicate_global_rank", no, text, sig_rank, {})
+            if sig.id == "child_failed" and s.in_root_cause and "Root Cause" in text:
+                continue  # recorded with its rank on the summary's "rank :" line
+            self._signature(sig.id, no, text, sig_rank, data)
+        return relevant or bool(_RELEVANT.search(text))
+
+    # --- per block --------------------------------------------------------------------------
+
+    def feed(self, block: str) -> None:
+        """Process a block of complete lines joined by newlines (no trailing newline)."""
+        s = self.s
+        base = s.lines_read
+        lines = block.split("\n")
+        if "\r" in block:
+            lines = [_displayed(t) for t in lines]
+        n = len(lines)
+        if base < SHORT_LOG_LINES:
+            for i in range(min(n, SHORT_LOG_LINES - base)):
+                rank, _ = self._rank(lines[i])
+                s.head.append(LogLine(no=base + i + 1, text=lines[i][:KEPT_LINE_CHARS], rank=rank, source=s.name))
+        keep: set[int] = set()
+        i = 0
+        for idx in _hits(block):
+            # lines continuing a traceback, or the context after a relevant line
+            while i < idx and (s.after_left > 0 or s.traceback_left > 0):
+                self._continue(i, lines, keep)
+                i += 1
+            if s.after_left > 0 or s.traceback_left > 0:
+                self._continue(idx, lines, keep)
+            if self._examine(base + idx + 1, lines[idx][:EXAMINE_CHARS]):
+                keep.update(range(max(0, idx - CONTEXT), idx + 1))
+                for no, text in s.before:
+                    if no > base + idx - CONTEXT:
+                        self._keep(no, text)
+                s.after_left = CONTEXT
+            if _TRACEBACK.search(lines[idx]):
+                s.traceback_left, s.traceback_started = TRACEBACK_LINES, False
+                keep.add(idx)
+            i = idx + 1
+        while i < n and (s.after_left > 0 or s.traceback_left > 0):
+            self._continue(i, lines, keep)
+            i += 1
+        for j in sorted(keep):
+            self._keep(base + j + 1, lines[j])
+        for j in range(max(0, n - CONTEXT), n):
+            s.before.append((base + j + 1, lines[j]))
+        for j in range(max(0, n - TAIL_LINES), n):
+            s.tail.append((base + j + 1, lines[j]))
+        s.lines_read = base + n
+
+    def _continue(self, i: int, lines: list[str], keep: set[int]) -> None:
+        s = self.s
+        keep.add(i)
+        if s.after_left > 0:
+            s.after_left -= 1
+        if s.traceback_left > 0:
+            body = _STRIP_PREFIX.sub("", lines[i], count=1)
+            s.traceback_left -= 1
+            if body[:1] in (" ", "\t") or body.startswith("Traceback"):
+                s.traceback_started = True
+            elif s.traceback_started and body.strip():
+                s.traceback_left = 0  # the exception line closes the traceback
+
+    def finish(self) -> Log:
+        s = self.s
+        if s.lines_read <= SHORT_LOG_LINES:
+            lines = s.head
+        else:
+            by_no = {line.no: line for line in s.head[:HEAD_LINES]}
+            for line in [*s.first, *s.last]:
+                by_no.setdefault(line.no, line)
+            for no, text in s.tail:
+                if no not in by_no:
+                    rank, _ = self._rank(text)
+                    by_no[no] = LogLine(no=no, text=text[:KEPT_LINE_CHARS], rank=rank, source=s.name)
+            lines = [by_no[no] for no in sorted(by_no)]
+        return Log(source="log", sources=[s.name], lines_read=s.lines_read, lines=lines, signatures=s.signatures)
+
+
+def _hits(block: str) -> list[int]:
+    """Indices of the lines the prefilter flags, found by scanning the block, one hit a line."""
+    hits: list[int] = []
+    line = 0
+    pos = 0
+    search = _PREFILTER.search
+    count = block.count
+    find = block.find
+    while True:
+        m = search(block, pos)
+        if m is None:
+            return hits
+        start = m.start()
+        line += count("\n", pos, start)
+        hits.append(line)
+        end = find("\n", start)
+        if end == -1:
+            return hits
+        line += 1
+        pos = end + 1
+
+
+# --- input ------------------------------------------------------------------------------------
+
+_BINARY_SAMPLE = 64 * 1024
+_BINARY_SHARE = 0.10
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\ufffd]")
+
+
+def _decoder_for(first: bytes) -> codecs.IncrementalDecoder:
+    if first.startswith(codecs.BOM_UTF8):
+        return codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return codecs.getincrementaldecoder("utf-16")(errors="replace")
+    return codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+def _decode(chunks: Iterator[bytes]) -> Iterator[str]:
+    decoder = None
+    for chunk in chunks:
+        if decoder is None:
+            if not chunk:
+                continue
+            decoder = _decoder_for(chunk)
+        text = decoder.decode(chunk)
+        if text:
+            yield text
+    if decoder is not None:
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+
+
+def _read_chunks(f: IO[Any]) -> Iterator[str | bytes]:
+    while True:
+        chunk = f.read(BLOCK_BYTES)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _iter_items(items: Iterable[Any]) -> Iterator[str | bytes]:
+    """Lines from an iterable, batched into blocks; an item without a newline is one line."""
+    batch: list[str] = []
+    size = 0
+    for item in items:
+        if isinstance(item, (bytes, bytearray)):
+            item = bytes(item).decode("utf-8", errors="replace")
+        elif not isinstance(item, str):
+            item = str(item)
+        if not item.endswith("\n"):
+            item += "\n"
+        batch.append(item)
+        size += len(item)
+        if size >= BLOCK_BYTES:
+            yield "".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield "".join(batch)
+
+
+def _texts(source: Any, name: str) -> Iterator[str]:
+    """Decoded text pieces of any supported source, in order."""
+    if isinstance(source, (str, os.PathLike)):
+        if str(source) == "-":
+            yield from _texts(sys.stdin.buffer, name)
+            return
+        try:
+            with open(source, "rb") as f:
+                yield from _decode(_read_chunks(f))
+        except OSError as exc:
+            raise LogError(f"{name}: cannot read: {exc.strerror or exc}") from None
+        return
+    if hasattr(source, "read"):
+        raw = _read_chunks(source)
+    elif isinstance(source, Iterable):
+        raw = _iter_items(source)
+    else:
+        raise LogError(f"{name}: not a log: a {type(source).__name__}")
+    first = next(raw, None)
+    if first is None:
+        return
+    if isinstance(first, str):
+        yield first
+        for piece in raw:
+            yield piece if isinstance(piece, str) else piece.decode("utf-8", errors="replace")
+    else:
+        yield from _decode(_chain(first, raw))
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[bytes]:
+    yield first
+    for piece in rest:
+        yield piece if isinstance(piece, bytes) else str(piece).encode("utf-8", errors="replace")
+
+
+def _check_text(sample: str, name: str) -> None:
+    if not sample:
+        return
+    bad = len(_CONTROL.findall(sample))
+    if bad > _BINARY_SHARE * len(sample):
+        raise LogError(f"{name}: not a text log ({bad} of its first {len(sample)} characters are binary)")
+
+
+def _checked(texts: Iterator[str], name: str) -> Iterator[str]:
+    """The texts, once their start has been found to be text rather than binary."""
+    sample: list[str] = []
+    got = 0
+    for text in texts:
+        sample.append(text)
+        got += len(text)
+        if got >= _BINARY_SAMPLE:
+            break
+    head = "".join(sample)
+    _check_text(head[:_BINARY_SAMPLE], name)
+    if head:
+        yield head
+    yield from texts
+
+
+def _blocks(texts: Iterator[str], name: str) -> Iterator[str]:
+    """Blocks of complete lines joined by newlines; a line longer than MAX_LINE_CHARS is cut."""
+    pending = ""
+    for text in _checked(texts, name):
+        data = pending + text if pending else text
+        cut = data.rfind("\n")
+        if cut == -1:
+            pending = data
+        else:
+            yield data[:cut]
+            pending = data[cut + 1 :]
+        while len(pending) > MAX_LINE_CHARS:
+            yield pending[:MAX_LINE_CHARS]
+            pending = pending[MAX_LINE_CHARS:]
+    if pending:
+        yield pending
+
+
+def read_log(source: Any, name: str = "log") -> Log:
+    """Read a log from a path (``-`` is stdin), a file object (text or binary) or an
+    iterable of lines; never raises on content, only ``LogError`` for unreadable or
+    binary input."""
+    reader = _Reader(name)
+    for block in _blocks(_texts(source, name), name):
+        reader.feed(block)
+    return reader.finish()
+
+
+def log_from_text(text: str, name: str = "log") -> Log:
+    return read_log(io.StringIO(text), name)
