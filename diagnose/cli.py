@@ -1,0 +1,276 @@
+"""The command line contract, in one place.
+
+stdout carries only the document asked for (report, snapshot, schema, listing); anything
+else is one plain line on stderr, ``diagnose: error: ...``. Exit codes are ``Exit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from enum import IntEnum
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+
+class Exit(IntEnum):
+    OK = 0
+    """Nothing at error severity was found."""
+    FINDINGS = 1
+    """At least one finding at error severity (or a check such as `kb test` failed)."""
+    USAGE = 2
+    """Bad usage or bad input: a malformed rule file, snapshot, log or option."""
+    INTERNAL = 3
+    """The tool itself failed."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+MICROTEST_CHOICES = "all, none, or a comma list of: rendezvous, barrier, all_reduce, placement, duplicate_gpu, lightning_fit"
+
+
+def _input_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("evidence")
+    group.add_argument("--from", dest="snapshot", metavar="SNAPSHOT", help="diagnose a saved facts snapshot (JSON)")
+    group.add_argument("--report", action="append", default=[], metavar="FILE", help="a pasted environment report (collect_env, Lightning bug report, accelerate env, ds_report, nvidia-smi); repeatable")
+    group.add_argument("--log", action="append", default=[], metavar="FILE", help="a log or traceback, '-' for stdin; repeatable")
+    group.add_argument("--offline", action="store_true", help="no live probes (implied by --from, --report and --log)")
+    tests = parser.add_argument_group("micro-tests (live only)")
+    tests.add_argument("--microtests", default=None, metavar="LIST", help=f"{MICROTEST_CHOICES} (default: all live, none offline)")
+    tests.add_argument("--nproc", type=int, metavar="N", help="ranks per micro-test (default: one per GPU, 2 on CPU)")
+    tests.add_argument("--backend", choices=["nccl", "gloo"], help="force the process-group backend")
+    tests.add_argument("--timeout", type=float, default=60.0, metavar="S", help="deadline per micro-test in seconds (default 60)")
+    tests.add_argument("--strategy", default="ddp", choices=["ddp", "ddp_spawn", "fsdp", "deepspeed"], help="strategy of the Lightning fit test")
+
+
+def _kb_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kb", action="append", default=[], metavar="DIR", help="an extra rule folder, next to the shipped one; repeatable")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="diagnose",
+        description="Diagnose multi-GPU / distributed training failures (PyTorch, Lightning). "
+        "With no options at a terminal it opens the interactive view of this machine's diagnosis.",
+        epilog="Other commands: diagnose facts | kb {lint,list,show,test,docs,new} | schema. "
+        "Exit codes: 0 no error finding, 1 an error finding, 2 bad usage or input, 3 internal failure.",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
+    out.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default: the interactive view at a terminal, else text)")
+    _input_options(parser)
+    _kb_option(parser)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    return parser
+
+
+def _version() -> str:
+    from diagnose import __version__
+
+    return __version__
+
+
+# --- gathering facts --------------------------------------------------------------------------
+
+
+def _is_offline(args: argparse.Namespace) -> bool:
+    return bool(args.offline or args.snapshot or args.report or args.log)
+
+
+def _microtest_names(spec: str | None, offline: bool) -> list[str] | None:
+    """None = all; [] = none."""
+    from probes.microtests import TEST_NAMES
+
+    if spec is None:
+        return [] if offline else None
+    if spec == "all":
+        return None
+    if spec == "none":
+        return []
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TEST_NAMES]
+    if unknown:
+        raise UsageError(f"--microtests: unknown test {unknown[0]!r} ({MICROTEST_CHOICES})")
+    return names
+
+
+def _read_text(path: str, what: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if b"\x00" in data[:8192]:
+        raise UsageError(f"{path}: not a text {what}: binary data")
+    return data.decode("utf-8", errors="replace")
+
+
+def _log_source(path: str) -> object:
+    if path == "-":
+        return sys.stdin
+    if not Path(path).is_file():
+        raise UsageError(f"{path}: cannot read log: no such file")
+    return Path(path)
+
+
+def gather_facts(args: argparse.Namespace, progress=None):
+    from probes.facts import load_snapshot
+
+    offline = _is_offline(args)
+    if offline and args.microtests not in (None, "none"):
+        raise UsageError("--microtests needs a live run; drop --from/--report/--log/--offline")
+    if args.snapshot:
+        if args.report or args.log:
+            raise UsageError("--from takes a whole snapshot; give --report/--log without it")
+        return load_snapshot(args.snapshot)
+    if offline:
+        from diagnose.api import offline_facts
+
+        reports = [(p, _read_text(p, "report")) for p in args.report]
+        logs = [("stdin" if p == "-" else p, _log_source(p)) for p in args.log]
+        return offline_facts(reports=reports, logs=logs)
+    from diagnose.api import collect_facts
+
+    return collect_facts(
+        microtests=_microtest_names(args.microtests, offline),
+        nproc=args.nproc,
+        backend=args.backend,
+        timeout=args.timeout,
+        strategy=args.strategy,
+        progress=progress,
+    )
+
+
+def _progress_printer():
+    """One line per step on stderr: stdout stays the document."""
+
+    def show(step: str, state: str, detail: str | None) -> None:
+        if state != "running":
+            print(f"  {state:<9} {step}" + (f": {detail}" if detail else ""), file=sys.stderr, flush=True)
+
+    return show
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def cmd_diagnose(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    fmt = "json" if args.json else args.format
+    if args.json and args.format not in (None, "json"):
+        raise UsageError("--json and --format disagree")
+    from diagnose.kb import load_kb
+
+    kb = load_kb(args.kb)
+    if fmt is None and sys.stdout.isatty() and sys.stdin.isatty():
+        from diagnose.tui import run_tui
+
+        return run_tui(args, kb)
+    progress = _progress_printer() if (fmt in (None, "text") or sys.stderr.isatty()) and not _is_offline(args) else None
+    facts = gather_facts(args, progress)
+    from diagnose.engine import evaluate
+    from diagnose.render import render
+
+    report = evaluate(facts, kb)
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    sys.stdout.write(render(report, fmt or "text", color=color))
+    return Exit.FINDINGS if report.has_error else Exit.OK
+
+
+def cmd_facts(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="diagnose facts", description="Collect facts and print them as a snapshot (JSON).")
+    parser.add_argument("--out", metavar="FILE", help="write the snapshot to FILE instead of stdout")
+    _input_options(parser)
+    args = parser.parse_args(argv)
+    if args.microtests is None:
+        args.microtests = "none"  # facts alone are quick; ask for tests explicitly
+    facts = gather_facts(args, _progress_printer() if sys.stderr.isatty() else None)
+    from probes.facts import dump_snapshot
+
+    text = dump_snapshot(facts) + "\n"
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    else:
+        sys.stdout.write(text)
+    return Exit.OK
+
+
+def cmd_schema(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="diagnose schema", description="Print the JSON Schema of the report (or of a facts snapshot).")
+    parser.add_argument("--facts", action="store_true", help="the schema of a facts snapshot instead")
+    args = parser.parse_args(argv)
+    if args.facts:
+        import json
+
+        from probes.facts import Facts
+
+        sys.stdout.write(json.dumps(Facts.model_json_schema(), indent=2, sort_keys=True) + "\n")
+    else:
+        from diagnose.report import report_json_schema
+
+        sys.stdout.write(report_json_schema())
+    return Exit.OK
+
+
+def cmd_kb(argv: Sequence[str]) -> int:
+    parser = _Parser(prog="diagnose kb", description="Work with the rule base.")
+    sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for name, text in [
+        ("lint", "load every rule and report every problem"),
+        ("list", "list the rules"),
+        ("test", "run every rule's examples"),
+    ]:
+        _kb_option(sub.add_parser(name, help=text, description=text))
+    show = sub.add_parser("show", help="show one rule", description="show one rule")
+    show.add_argument("id")
+    _kb_option(show)
+    docs = sub.add_parser("docs", help="generate docs/rules.md", description="generate the rule reference")
+    docs.add_argument("--out", default="docs/rules.md", metavar="FILE")
+    docs.add_argument("--check", action="store_true", help="exit 1 when FILE is not what would be generated")
+    _kb_option(docs)
+    new = sub.add_parser("new", help="write a skeleton rule", description="write kb/AREA/NAME.yaml with both example kinds")
+    new.add_argument("id", metavar="AREA.NAME")
+    new.add_argument("--dir", default="kb", help="the rule folder (default kb)")
+    args = parser.parse_args(argv)
+    from diagnose import kbcmd
+
+    return getattr(kbcmd, args.action)(args)
+
+
+COMMANDS = {"facts": cmd_facts, "kb": cmd_kb, "schema": cmd_schema}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from diagnose.kb import KBError
+    from probes.facts import SnapshotError
+
+    try:
+        if argv and argv[0] in COMMANDS:
+            return int(COMMANDS[argv[0]](argv[1:]))
+        return int(cmd_diagnose(argv))
+    except (UsageError, KBError, SnapshotError) as exc:
+        print(f"diagnose: error: {exc}", file=sys.stderr)
+        return Exit.USAGE
+    except KeyboardInterrupt:
+        print("diagnose: error: interrupted", file=sys.stderr)
+        return Exit.INTERNAL
+    except BrokenPipeError:
+        return Exit.OK
+    except Exception as exc:  # the contract: never a traceback, always a line and exit 3
+        if os.environ.get("DIAGNOSE_DEBUG"):
+            raise
+        print(f"diagnose: internal error: {type(exc).__name__}: {exc} (set DIAGNOSE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return Exit.INTERNAL

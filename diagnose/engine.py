@@ -1,0 +1,350 @@
+"""Matching: (facts, rules) -> Report. Pure, deterministic, no I/O.
+
+Every check is three-valued (fired, not fired, unknown). A rule's score is the sum of the
+weights of the evidence that fired; rules are ranked by score, then severity, then id.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import jinja2
+from packaging.version import InvalidVersion, Version
+
+from diagnose import __version__
+from diagnose.kb import KB
+from diagnose.paths import lookup
+from diagnose.report import (
+    EvidenceItem,
+    Finding,
+    RenderedFix,
+    Report,
+    RuleOutcome,
+    Summary,
+)
+from diagnose.rules import (
+    SEVERITY_ORDER,
+    AnyCheck,
+    FactCheck,
+    HangCheck,
+    LogCheck,
+    MicrotestCheck,
+    Rule,
+    SignatureCheck,
+)
+from probes.facts import Facts
+
+FIRED, NOT_FIRED, UNKNOWN = "fired", "not_fired", "unknown"
+EXCERPTS = 3
+
+
+@dataclass
+class _Context:
+    """Per-evaluation caches shared by all rules over one Facts."""
+
+    facts: Facts
+    paths: dict[str, tuple[bool, Any]] = field(default_factory=dict)
+
+    def fact(self, path: str) -> tuple[bool, Any]:
+        if path not in self.paths:
+            self.paths[path] = lookup(self.facts, path)
+        return self.paths[path]
+
+    @cached_property
+    def log_text(self) -> str | None:
+        lines = self.facts.log.lines
+        return None if lines is None else "\n".join(line.text for line in lines)
+
+
+@dataclass
+class _Result:
+    state: str
+    observed: Any = None
+    lines: list[str] = field(default_factory=list)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _version(value: Any) -> Version | None:
+    try:
+        return Version(str(value))
+    except InvalidVersion:
+        return None
+
+
+def _holds(check: FactCheck, value: Any) -> bool:
+    """One scalar observation against the check's operator."""
+    op, want = check.op, check.operand
+    if op == "eq":
+        return value == want
+    if op == "ne":
+        return value != want
+    if op in ("lt", "le", "gt", "ge"):
+        number = _number(value)
+        if number is None:
+            return False
+        return {"lt": number < want, "le": number <= want, "gt": number > want, "ge": number >= want}[op]
+    if op == "in":
+        return value in want
+    if op == "not_in":
+        return value not in want
+    if op == "matches":
+        return check.regex.search(str(value)) is not None
+    if op == "not_matches":
+        return check.regex.search(str(value)) is None
+    if op == "contains":
+        return want in value if isinstance(value, (str, list)) else False
+    if op == "version":
+        version = _version(value)
+        return version is not None and check.specifier.contains(version, prereleases=True)
+    raise AssertionError(op)  # pragma: no cover - FACT_OPS is closed
+
+
+_ALL_ELEMENTS = ("ne", "not_in", "not_matches")
+
+
+def _fact(check: FactCheck, ctx: _Context) -> _Result:
+    known, value = ctx.fact(check.fact)
+    if check.op == "exists":
+        if not known:
+            return _Result(UNKNOWN)
+        present = value is not None and value != []
+        return _Result(FIRED if present == check.exists else NOT_FIRED, value)
+    if not known or value is None:
+        return _Result(UNKNOWN)
+    if isinstance(value, list) and check.op != "contains":
+        if not value:
+            return _Result(NOT_FIRED, value)
+        results = [_holds(check, v) for v in value]
+        held = all(results) if check.op in _ALL_ELEMENTS else any(results)
+    else:
+        held = _holds(check, value)
+    return _Result(FIRED if held else NOT_FIRED, value)
+
+
+def _log(check: LogCheck, ctx: _Context) -> _Result:
+    lines = ctx.facts.log.lines
+    if lines is None:
+        return _Result(UNKNOWN)
+    # one scan of the whole text first: most patterns match nothing, and that costs one pass
+    if check.prefilter.search(ctx.log_text) is None:
+        return _Result(NOT_FIRED, 0)
+    hits = [line for line in lines if check.regex.search(line.text)]
+    if not hits:
+        return _Result(NOT_FIRED, 0)
+    return _Result(FIRED, len(hits), [_excerpt(h.no, h.rank, h.text) for h in hits[:EXCERPTS]])
+
+
+def _excerpt(no: int, rank: int | None, text: str) -> str:
+    where = f"line {no}" + (f", rank {rank}" if rank is not None else "")
+    return f"{where}: {text.strip()[:300]}"
+
+
+def _signature(check: SignatureCheck, ctx: _Context) -> _Result:
+    signatures = ctx.facts.log.signatures
+    if signatures is None:
+        return _Result(UNKNOWN)
+    hits = [s for s in signatures if s.id == check.signature]
+    if not hits:
+        return _Result(NOT_FIRED, 0)
+    return _Result(FIRED, len(hits), [_excerpt(s.line, s.rank, s.excerpt) for s in hits[:EXCERPTS]])
+
+
+def _microtest(check: MicrotestCheck, ctx: _Context) -> _Result:
+    test = getattr(ctx.facts.microtests, check.microtest)
+    if test is None:
+        return _Result(UNKNOWN)
+    status = test.status if check.variant is None else test.variants.get(check.variant)
+    if status is None:
+        return _Result(UNKNOWN)
+    return _Result(FIRED if status in check.status else NOT_FIRED, status)
+
+
+def _hang(check: HangCheck, ctx: _Context) -> _Result:
+    ranks = ctx.facts.hang.ranks
+    if not ranks:
+        return _Result(UNKNOWN)
+    places = [r.waiting_in or "unknown" for r in ranks]
+    hits = [bool(check.regex.search(p)) for p in places]
+    held = {"any": any(hits), "all": all(hits), "some": any(hits) and not all(hits)}[check.ranks]
+    return _Result(FIRED if held else NOT_FIRED, sorted(set(places)))
+
+
+def _any(check: AnyCheck, ctx: _Context) -> _Result:
+    states = [_evaluate(c, ctx).state for c in check.any]
+    if FIRED in states:
+        return _Result(FIRED)
+    return _Result(UNKNOWN if UNKNOWN in states else NOT_FIRED)
+
+
+_EVALUATORS = {
+    FactCheck: _fact,
+    LogCheck: _log,
+    SignatureCheck: _signature,
+    MicrotestCheck: _microtest,
+    HangCheck: _hang,
+    AnyCheck: _any,
+}
+
+
+def _evaluate(check: Any, ctx: _Context) -> _Result:
+    return _EVALUATORS[type(check)](check, ctx)
+
+
+_DESCRIBED: dict[int, tuple[Any, tuple[str, str, str]]] = {}
+
+
+def describe(check: Any) -> tuple[str, str, str]:
+    """(kind, what, expected) for display; rules are immutable, so computed once per check."""
+    key = id(check)
+    if key not in _DESCRIBED:
+        _DESCRIBED[key] = (check, _describe(check))  # keep check alive so its id stays unique
+    return _DESCRIBED[key][1]
+
+
+def _describe(check: Any) -> tuple[str, str, str]:
+    if isinstance(check, FactCheck):
+        operand = check.operand
+        symbol = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(check.op)
+        if symbol:
+            return "fact", check.fact, f"{symbol} {operand!r}" if isinstance(operand, str) else f"{symbol} {operand}"
+        if check.op == "exists":
+            return "fact", check.fact, "present" if operand else "absent"
+        if check.op == "version":
+            return "fact", check.fact, f"version {operand}"
+        return "fact", check.fact, f"{check.op.replace('_', ' ')} {operand!r}"
+    if isinstance(check, LogCheck):
+        return "log", check.log, "a log line matches"
+    if isinstance(check, SignatureCheck):
+        return "signature", check.signature, "seen in the log"
+    if isinstance(check, MicrotestCheck):
+        what = check.microtest + (f" [{check.variant}]" if check.variant else "")
+        return "microtest", what, " or ".join(check.status)
+    if isinstance(check, HangCheck):
+        return "hang", check.hang, f"{check.ranks} hung ranks wait there"
+    return "any", " | ".join(_describe(c)[1] for c in check.any), "any of these holds"
+
+
+def _item(check: Any, result: _Result) -> EvidenceItem:
+    kind, what, expected = describe(check)
+    return EvidenceItem.model_construct(
+        kind=kind,
+        what=what,
+        expected=expected,
+        observed=result.observed,
+        state=result.state,
+        weight=check.weight,
+        label=check.label,
+        lines=result.lines,
+    )
+
+
+def _confidence(score: float, gate_unknown: bool) -> str:
+    levels = ["low", "medium", "high"]
+    level = 2 if score >= 6 else 1 if score >= 3 else 0
+    return levels[max(0, level - 1) if gate_unknown else level]
+
+
+def render_context(facts: Facts) -> dict[str, Any]:
+    launcher, gpus = facts.launcher, facts.gpus
+    nproc = launcher.world_size or launcher.devices_requested or gpus.count or 2
+    return {"facts": facts, "packages": facts.packages.values, "env": facts.env.values, "nproc": nproc}
+
+
+def render_fixes(rule: Rule, context: dict[str, Any]) -> list[RenderedFix]:
+    fixes = []
+    for fix in rule.fix:
+        try:
+            snippet = fix.template.render(context)
+        except jinja2.TemplateError as exc:
+            # a template that cannot render on these facts still shows its source
+            snippet = f"{fix.snippet}\n# (could not fill in from the facts: {exc})"
+        fixes.append(RenderedFix(title=fix.title, kind=fix.kind, language=fix.language, snippet=snippet))
+    return fixes
+
+
+def _rank_key(finding: Finding) -> tuple:
+    return (-finding.score, SEVERITY_ORDER[finding.severity], finding.id)
+
+
+def evaluate(facts: Facts, kb: KB) -> Report:
+    ctx = _Context(facts)
+    findings: list[Finding] = []
+    possible: list[RuleOutcome] = []
+    not_checked: list[RuleOutcome] = []
+    ruled_out: list[RuleOutcome] = []
+    context: dict[str, Any] | None = None
+
+    for rule in kb.rules:
+        gate = [(check, _evaluate(check, ctx)) for check in rule.when]
+        failed = next((c for c, r in gate if r.state == NOT_FIRED), None)
+        if failed is not None:
+            kind, what, expected = describe(failed)
+            ruled_out.append(_outcome(rule, f"{what} is not {expected}"))
+            continue
+        gate_unknown = [describe(c)[1] for c, r in gate if r.state == UNKNOWN]
+        results = [(check, _evaluate(check, ctx)) for check in rule.evidence]
+        score = round(sum(c.weight for c, r in results if r.state == FIRED), 3)
+        unknown = [describe(c)[1] for c, r in results if r.state == UNKNOWN and c.weight > 0]
+        fired = any(r.state == FIRED and c.weight > 0 for c, r in results)
+        if fired and score >= rule.min_score:
+            if context is None:
+                context = render_context(facts)
+            findings.append(
+                Finding.model_construct(
+                    id=rule.id,
+                    title=rule.title,
+                    severity=rule.severity,
+                    score=score,
+                    confidence=_confidence(score, bool(gate_unknown)),
+                    explain=rule.explain.strip(),
+                    evidence=[_item(c, r) for c, r in results],
+                    gate=[_item(c, r) for c, r in gate],
+                    missing=gate_unknown + unknown,
+                    fixes=render_fixes(rule, context),
+                    references=list(rule.references),
+                )
+            )
+        elif not unknown:
+            ruled_out.append(_outcome(rule, "none of its evidence was seen"))
+        elif rule.when and not gate_unknown:
+            possible.append(_outcome(rule, "its conditions hold; its evidence could not be checked", unknown))
+        else:
+            not_checked.append(_outcome(rule, "the facts it needs are unknown", gate_unknown + unknown))
+
+    findings.sort(key=_rank_key)
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    return Report.model_construct(
+        schema_version=Report.model_fields["schema_version"].default,
+        tool={"name": "lightning-diagnose", "version": __version__},
+        summary=Summary.model_construct(
+            errors=counts["error"],
+            warnings=counts["warning"],
+            infos=counts["info"],
+            top=findings[0].id if findings else None,
+            rules=len(kb.rules),
+        ),
+        findings=findings,
+        possible=possible,
+        not_checked=not_checked,
+        ruled_out=ruled_out,
+        probe_errors=list(facts.errors),
+        skipped=list(facts.skipped),
+        facts=facts,
+    )
+
+
+def _outcome(rule: Rule, reason: str, missing: list[str] | None = None) -> RuleOutcome:
+    return RuleOutcome.model_construct(
+        id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing or []
+    )

@@ -1,0 +1,90 @@
+"""Running every rule's examples: the same code behind `diagnose kb test` and the pytest suite."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from diagnose.engine import evaluate, render_context
+from diagnose.kb import KB
+from diagnose.rules import Example, Rule
+from probes.facts import SCHEMA_VERSION, Facts, KeyedSection, facts_from_dict
+
+_KEYED_META = {"values", "complete", "source", "unavailable"}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _expand_keyed(partial: dict[str, Any]) -> dict[str, Any]:
+    """Examples may write ``packages: {deepspeed: "0.14"}``: a complete listing, as live."""
+    out = dict(partial)
+    for name, field in Facts.model_fields.items():
+        value = out.get(name)
+        is_keyed = isinstance(field.annotation, type) and issubclass(field.annotation, KeyedSection)
+        if is_keyed and isinstance(value, dict) and not set(value) <= _KEYED_META:
+            out[name] = {"values": value, "complete": True}
+    return out
+
+
+def example_facts(example: Example, origin: str = "<example>") -> Facts:
+    """The Facts an example describes: its log and report read by the real readers."""
+    if example.log is not None or example.report is not None:
+        from probes.offline import offline_facts
+
+        reports = [("example-report", example.report)] if example.report is not None else []
+        logs = [("example-log", io.StringIO(example.log))] if example.log is not None else []
+        base = offline_facts(reports=reports, logs=logs).model_dump()
+    else:
+        base = Facts().model_dump()
+    data = _merge(base, _expand_keyed(example.facts))
+    data["schema_version"] = SCHEMA_VERSION
+    return facts_from_dict(data, origin)
+
+
+@dataclass
+class ExampleResult:
+    rule: str
+    name: str
+    expect: str
+    ok: bool
+    message: str
+
+
+def example_name(example: Example, index: int) -> str:
+    return example.name or f"{example.expect}-{index}"
+
+
+def run_example(rule: Rule, example: Example, index: int) -> ExampleResult:
+    name = example_name(example, index)
+    facts = example_facts(example, f"{rule.id}::{name}")
+    report = evaluate(facts, KB(rules=[rule], sources=[]))
+    matched = bool(report.findings)
+    context = render_context(facts)
+    for fix in rule.fix:
+        try:
+            fix.template.render(context)
+        except Exception as exc:  # a template bug of any kind fails the example
+            return ExampleResult(rule.id, name, example.expect, False, f"fix '{fix.title}' does not render: {exc}")
+    if example.expect == "match":
+        ok, why = matched, "did not match" if not matched else "matched"
+        if not matched:
+            outcome = report.ruled_out + report.possible + report.not_checked
+            if outcome:
+                why += f" ({outcome[0].reason}" + (f"; unknown: {', '.join(outcome[0].missing)}" if outcome[0].missing else "") + ")"
+    elif example.expect == "no-match":
+        ok, why = not matched, f"matched with score {report.findings[0].score:g}" if matched else "did not match"
+    else:  # known-miss documents a gap; it fails once the rule catches it, so it gets promoted
+        ok, why = not matched, "now matches: make it a match example" if matched else "still a known miss"
+    return ExampleResult(rule.id, name, example.expect, ok, why)
+
+
+def run_all(kb: KB) -> list[ExampleResult]:
+    return [run_example(rule, ex, i) for rule in kb.rules for i, ex in enumerate(rule.examples)]

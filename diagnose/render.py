@@ -1,0 +1,190 @@
+"""Views of a Report: JSON (for CI), text (rich, for a terminal) and markdown (for an issue)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+from diagnose.report import EvidenceItem, Finding, Report
+
+FORMATS = ("text", "json", "markdown")
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def render(report: Report, fmt: str = "text", *, width: int = 80, color: bool = False) -> str:
+    if fmt == "json":
+        return render_json(report)
+    if fmt == "markdown":
+        return render_markdown(report)
+    if fmt == "text":
+        return render_text(report, width=width, color=color)
+    raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+
+
+def render_json(report: Report) -> str:
+    return report.model_dump_json(indent=2, warnings=False) + "\n"
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, default=str)
+    else:
+        text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def machine_summary(report: Report) -> list[tuple[str, str]]:
+    """The machine at a glance: (label, value) pairs shared by the text, markdown and TUI views."""
+    f = report.facts
+    rows: list[tuple[str, str]] = []
+    if f.gpus.devices:
+        names: dict[str, int] = {}
+        for gpu in f.gpus.devices:
+            names[gpu.name or "?"] = names.get(gpu.name or "?", 0) + 1
+        rows.append(("GPUs", ", ".join(f"{n}x {name}" for name, n in names.items())))
+    elif f.gpus.count is not None:
+        rows.append(("GPUs", str(f.gpus.count)))
+    else:
+        reason = f.gpus.unavailable.get("count") or next(iter(f.gpus.unavailable.values()), "not probed")
+        rows.append(("GPUs", f"unknown ({reason})"))
+    if f.driver.version or f.driver.cuda_version:
+        rows.append(("Driver", f"{f.driver.version or '?'} (CUDA {f.driver.cuda_version or '?'})"))
+    if f.torch.version:
+        build = f"CUDA {f.torch.cuda}" if f.torch.cuda else "CPU build"
+        extra = f", NCCL {f.torch.nccl}" if f.torch.nccl else ""
+        rows.append(("torch", f"{f.torch.version} ({build}{extra})"))
+    else:
+        known, version = f.packages.lookup("torch")
+        rows.append(("torch", version or ("not installed" if known else "unknown")))
+    versions = f.packages.values
+    lightning = [f"{n} {versions[n]}" for n in ("lightning", "pytorch-lightning") if n in versions]
+    if lightning:
+        rows.append(("Lightning", ", ".join(lightning)))
+    strategy = [f"{n} {versions[n]}" for n in ("deepspeed", "accelerate", "bitsandbytes", "transformers", "peft") if n in versions]
+    if strategy:
+        rows.append(("Also", ", ".join(strategy)))
+    if f.launcher.kind:
+        world = f" (world size {f.launcher.world_size})" if f.launcher.world_size else ""
+        rows.append(("Launcher", f.launcher.kind + world))
+    if f.inputs:
+        rows.append(("Inputs", ", ".join(f.inputs)))
+    return rows
+
+
+def fired(finding: Finding) -> list[EvidenceItem]:
+    return [e for e in finding.evidence if e.state == "fired"]
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.syntax import Syntax
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width, force_terminal=color, no_color=not color, highlight=False, soft_wrap=False
+    )
+    console.print(f"[bold]lightning-diagnose {report.tool.get('version', '')}[/]")
+    table = Table.grid(padding=(0, 2))
+    for label, value in machine_summary(report):
+        table.add_row(f"[dim]{label}[/]", escape(value))
+    console.print(table)
+    console.print()
+
+    if report.findings:
+        console.print(f"[bold]Likely causes, most likely first ({len(report.findings)})[/]")
+    else:
+        console.print("[bold green]No likely cause found.[/] Nothing in the rule base fired on these facts.")
+    for rank, finding in enumerate(report.findings, 1):
+        style = SEVERITY_STYLE[finding.severity]
+        console.print()
+        console.print(
+            f"[bold]{rank}. {escape(finding.title)}[/]\n"
+            f"   [{style}]{finding.severity}[/] · {finding.confidence} confidence · "
+            f"score {finding.score:g} · [dim]{finding.id}[/]"
+        )
+        console.print(Padding(escape(finding.explain), (0, 0, 0, 3)))
+        for item in fired(finding):
+            label = f" ({escape(item.label)})" if item.label else ""
+            console.print(Padding(f"[green]✓[/] {escape(item.what)}: {escape(_value(item.observed))}{label}", (0, 0, 0, 3)))
+            for line in item.lines:
+                console.print(Padding(f"[dim]{escape(line)}[/]", (0, 0, 0, 6)))
+        for fix in finding.fixes[:1]:
+            console.print(Padding(f"Fix: {escape(fix.title)}", (0, 0, 0, 3)))
+            console.print(Padding(Syntax(fix.snippet.rstrip(), fix.language, theme="ansi_dark", word_wrap=True), (0, 0, 0, 5)))
+        if len(finding.fixes) > 1:
+            console.print(Padding(f"[dim]+{len(finding.fixes) - 1} more fix(es) in --format markdown/json[/]", (0, 0, 0, 3)))
+        if finding.references:
+            console.print(Padding(f"[dim]See {escape(finding.references[0])}[/]", (0, 0, 0, 3)))
+
+    console.print()
+    console.print(
+        f"[dim]{len(report.possible)} possible but unconfirmed, {len(report.not_checked)} not checked, "
+        f"{len(report.ruled_out)} ruled out, of {report.summary.rules} rules.[/]"
+    )
+    if report.possible:
+        console.print(f"[dim]Possible: {escape(', '.join(o.id for o in report.possible))}[/]")
+    for skip in report.skipped:
+        console.print(f"[dim]Skipped {escape(skip.what)}: {escape(skip.reason)}[/]")
+    for error in report.probe_errors:
+        console.print(f"[yellow]Probe error[/] {escape(error.probe)}: {escape(error.message)}")
+    return buffer.getvalue()
+
+
+# --- markdown -------------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report) -> str:
+    out: list[str] = [f"## lightning-diagnose {report.tool.get('version', '')}", ""]
+    out += ["| | |", "|---|---|"]
+    out += [f"| {label} | {_md(value)} |" for label, value in machine_summary(report)]
+    out.append("")
+    if not report.findings:
+        out += ["No likely cause found: nothing in the rule base fired on these facts.", ""]
+    for rank, finding in enumerate(report.findings, 1):
+        out += [
+            f"### {rank}. {finding.title}",
+            "",
+            f"**{finding.severity}** · {finding.confidence} confidence · score {finding.score:g} · `{finding.id}`",
+            "",
+            finding.explain,
+            "",
+            "| evidence | observed | expected | |",
+            "|---|---|---|---|",
+        ]
+        for item in finding.evidence:
+            mark = {"fired": "✅", "not_fired": "—", "unknown": "?"}[item.state]
+            out.append(f"| `{_md(item.what)}` | {_md(_value(item.observed))} | {_md(item.expected)} | {mark} |")
+        lines = [line for item in fired(finding) for line in item.lines]
+        if lines:
+            out += ["", "<details><summary>log lines</summary>", "", "```"] + lines + ["```", "</details>"]
+        for fix in finding.fixes:
+            out += ["", f"**Fix: {fix.title}**", "", f"```{fix.language}", fix.snippet.rstrip(), "```"]
+        if finding.references:
+            out += ["", "References: " + ", ".join(f"<{ref}>" for ref in finding.references)]
+        out.append("")
+    sections = [("Possible, unconfirmed", report.possible), ("Not checked", report.not_checked)]
+    for heading, outcomes in sections:
+        if outcomes:
+            out += [f"<details><summary>{heading} ({len(outcomes)})</summary>", ""]
+            out += [f"- `{o.id}`: {o.reason}" + (f" (needs {', '.join(o.missing)})" if o.missing else "") for o in outcomes]
+            out += ["", "</details>", ""]
+    if report.skipped or report.probe_errors:
+        out += ["<details><summary>Skipped and probe errors</summary>", ""]
+        out += [f"- skipped {s.what}: {s.reason}" for s in report.skipped]
+        out += [f"- error in {e.probe}: {e.message}" for e in report.probe_errors]
+        out += ["", "</details>", ""]
+    out.append(f"_{len(report.ruled_out)} of {report.summary.rules} rules ruled out._")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,311 @@
+"""The rule schema: what a kb/ file may say, validated strictly at load.
+
+Checks are a union discriminated by their leading key (fact, log, signature, microtest,
+hang, any); fact paths, regexes, version specifiers and templates are all compiled here, so
+a rule that loads is a rule that can run.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Annotated, Any, Literal, Union
+
+import jinja2
+from jinja2.sandbox import SandboxedEnvironment
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from diagnose.paths import UnknownPath, check_path
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+TEMPLATES = SandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"bad regex {pattern!r}: {exc}") from None
+
+
+class _Check(_Strict):
+    weight: float = 1.0
+    label: str | None = None  # what it means, shown beside the evidence
+
+
+FACT_OPS = (
+    "eq", "ne", "lt", "le", "gt", "ge", "in", "not_in",
+    "matches", "not_matches", "contains", "exists", "version",
+)  # fmt: skip
+
+
+class FactCheck(_Check):
+    fact: str
+    eq: Any = None
+    ne: Any = None
+    lt: float | None = None
+    le: float | None = None
+    gt: float | None = None
+    ge: float | None = None
+    in_: list[Any] | None = Field(None, alias="in")
+    not_in: list[Any] | None = None
+    matches: str | None = None
+    not_matches: str | None = None
+    contains: Any = None
+    exists: bool | None = None
+    version: str | None = None
+
+    @field_validator("fact")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        try:
+            check_path(value)
+        except UnknownPath as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("matches", "not_matches")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compile(value)
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _specifier(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SpecifierSet(value)
+            except InvalidSpecifier:
+                raise ValueError(f"bad version specifier {value!r}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_operator(self) -> FactCheck:
+        given = [op for op in FACT_OPS if (op if op != "in" else "in_") in self.model_fields_set]
+        if len(given) != 1:
+            raise ValueError(
+                f"a fact check takes exactly one operator of {', '.join(FACT_OPS)}"
+                f" (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+    @cached_property
+    def op(self) -> str:
+        return next(op for op in FACT_OPS if (op if op != "in" else "in_") in self.model_fields_set)
+
+    @cached_property
+    def operand(self) -> Any:
+        return getattr(self, "in_" if self.op == "in" else self.op)
+
+    @cached_property
+    def regex(self) -> re.Pattern[str] | None:
+        pattern = self.matches if self.matches is not None else self.not_matches
+        return None if pattern is None else _compile(pattern)
+
+    @cached_property
+    def specifier(self) -> SpecifierSet | None:
+        return None if self.version is None else SpecifierSet(self.version)
+
+
+class LogCheck(_Check):
+    log: str
+
+    @field_validator("log")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        _compile(value)
+        return value
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return _compile(self.log)
+
+    @cached_property
+    def prefilter(self) -> re.Pattern[str]:
+        """The same pattern over the joined log text: finds every line the per-line search would."""
+        return re.compile(self.log, re.MULTILINE)
+
+
+class SignatureCheck(_Check):
+    signature: str
+
+    @field_validator("signature")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        from probes.log import SIGNATURES
+
+        if value not in SIGNATURES:
+            import difflib
+
+            hint = difflib.get_close_matches(value, list(SIGNATURES), n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise ValueError(f"unknown log signature '{value}'{suggestion}")
+        return value
+
+
+TestStatus = Literal["passed", "failed", "timed_out", "skipped", "error"]
+
+
+class MicrotestCheck(_Check):
+    microtest: str
+    status: list[TestStatus]
+    variant: str | None = None
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _listify(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("microtest")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        from probes.facts import MicroTests
+
+        names = [n for n in MicroTests.model_fields if n not in ("source", "unavailable")]
+        if value not in names:
+            raise ValueError(f"unknown micro-test '{value}' (one of {', '.join(names)})")
+        return value
+
+
+class HangCheck(_Check):
+    hang: str
+    ranks: Literal["any", "all", "some"] = "any"
+
+    @field_validator("hang")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        _compile(value)
+        return value
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return _compile(self.hang)
+
+
+class AnyCheck(_Check):
+    any: list[Check]
+
+
+CHECK_KINDS = ("fact", "log", "signature", "microtest", "hang", "any")
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        keys = [k for k in CHECK_KINDS if k in value]
+    else:
+        keys = [k for k in CHECK_KINDS if hasattr(value, k)]
+    return keys[0] if len(keys) == 1 else None
+
+
+Check = Annotated[
+    Union[
+        Annotated[FactCheck, Tag("fact")],
+        Annotated[LogCheck, Tag("log")],
+        Annotated[SignatureCheck, Tag("signature")],
+        Annotated[MicrotestCheck, Tag("microtest")],
+        Annotated[HangCheck, Tag("hang")],
+        Annotated[AnyCheck, Tag("any")],
+    ],
+    Discriminator(
+        _kind,
+        custom_error_type="check_kind",
+        custom_error_message=f"a check needs exactly one of the keys {', '.join(CHECK_KINDS)}",
+    ),
+]
+AnyCheck.model_rebuild()
+
+
+class Fix(_Strict):
+    title: str
+    kind: Literal["code", "env", "shell", "config"] = "code"
+    language: str = "python"
+    snippet: str
+
+    @field_validator("snippet")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            TEMPLATES.parse(value)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"template syntax error on snippet line {exc.lineno}: {exc.message}") from None
+        return value
+
+    @cached_property
+    def template(self) -> jinja2.Template:
+        return TEMPLATES.from_string(self.snippet)
+
+
+class Example(_Strict):
+    name: str | None = None
+    expect: Literal["match", "no-match", "known-miss"]
+    facts: dict[str, Any] = Field(default_factory=dict)
+    log: str | None = None
+    report: str | None = None  # a pasted environment report, read by probes.report
+    note: str | None = None
+
+
+class Rule(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*(\.[a-z0-9][a-z0-9-]*)+$")
+    title: str
+    severity: Severity
+    status: Literal["stable", "preview", "deprecated"] = "stable"
+    since: str = "0.1.0"
+    aliases: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    when: list[Check] = Field(default_factory=list)
+    evidence: list[Check] = Field(min_length=1)
+    min_score: float = 1.0
+    explain: str
+    fix: list[Fix] = Field(min_length=1)
+    references: list[str] = Field(min_length=1)
+    examples: list[Example]
+
+    @field_validator("when")
+    @classmethod
+    def _unweighted(cls, checks: list[Check]) -> list[Check]:
+        for check in checks:
+            if "weight" in check.model_fields_set:
+                raise ValueError("a 'when' check is a gate and takes no weight")
+        return checks
+
+    @field_validator("evidence")
+    @classmethod
+    def _no_any(cls, checks: list[Check]) -> list[Check]:
+        if any(isinstance(c, AnyCheck) for c in checks):
+            raise ValueError("'any' groups belong in 'when'; give each evidence its own weight")
+        return checks
+
+    @field_validator("references")
+    @classmethod
+    def _urls(cls, refs: list[str]) -> list[str]:
+        for ref in refs:
+            if not re.match(r"^(https?://\S+|seed:\S+)$", ref):
+                raise ValueError(f"reference {ref!r} is neither a URL nor seed:FILE")
+        return refs
+
+    @field_validator("examples")
+    @classmethod
+    def _both_examples(cls, examples: list[Example]) -> list[Example]:
+        missing = {"match", "no-match"} - {e.expect for e in examples}
+        if missing:
+            raise ValueError(f"examples need at least one match and one no-match (missing {', '.join(sorted(missing))})")
+        return examples

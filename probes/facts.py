@@ -1,0 +1,414 @@
+"""The Facts model: everything a diagnosis stands on, typed and serialisable.
+
+A *snapshot* is ``Facts.model_dump_json()``; ``load_snapshot`` reads one back. Every
+value defaults to ``None``, which means "not known" (never "false"): a rule over an
+unknown fact is reported as not checked. Each section records where it came from and,
+per field, why something could not be probed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = 1
+
+Source = Literal["live", "snapshot", "report", "log", "microtest", "hang"]
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be read: the message names the file and the place."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Section(_Model):
+    source: Source | None = None
+    # field name -> why it could not be probed ("nvml: driver not loaded")
+    unavailable: dict[str, str] = Field(default_factory=dict)
+
+
+class KeyedSection(Section):
+    """A section whose facts are a name -> value mapping (``packages.torch``, ``env.RANK``).
+
+    With ``complete`` true (a live enumeration) a name that is absent is known to be
+    absent; otherwise (a pasted report) it is unknown.
+    """
+
+    keyed: ClassVar[bool] = True
+    values: dict[str, str] = Field(default_factory=dict)
+    complete: bool = False
+
+    def normalise(self, key: str) -> str:
+        return key
+
+    def lookup(self, key: str) -> tuple[bool, str | None]:
+        """(known, value): value None with known True means "known to be absent"."""
+        key = self.normalise(key)
+        if key in self.values:
+            return True, self.values[key]
+        return self.complete, None
+
+
+# --- host -------------------------------------------------------------------------------
+
+
+class Host(Section):
+    platform: str | None = None  # sys.platform: linux, win32, darwin
+    os: str | None = None
+    kernel: str | None = None
+    python: str | None = None
+    cpu_count: int | None = None
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    shm_total_bytes: int | None = None
+    shm_free_bytes: int | None = None
+    container: str | None = None  # docker, podman, kubernetes, lxc, none
+    memlock_limit_bytes: int | None = None  # -1 when unlimited
+    interactive: bool | None = None  # running inside Jupyter/IPython/Colab
+
+
+# --- packages and environment -------------------------------------------------------------
+
+
+def canonical_package(name: str) -> str:
+    """PEP 503 normalisation, so ``PyTorch_Lightning`` and ``pytorch-lightning`` agree."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class Packages(KeyedSection):
+    def normalise(self, key: str) -> str:
+        return canonical_package(key)
+
+
+class Env(KeyedSection):
+    """Allow-listed environment variables, credentials redacted."""
+
+
+# --- torch build --------------------------------------------------------------------------
+
+
+class TorchBuild(Section):
+    version: str | None = None
+    cuda: str | None = None  # CUDA runtime torch was built with; None on a CPU build
+    cudnn: str | None = None
+    nccl: str | None = None
+    hip: str | None = None
+    cuda_build: bool | None = None
+    cuda_available: bool | None = None
+    device_count: int | None = None
+    arch_list: list[str] | None = None  # e.g. ["sm_80", "sm_90"]
+    backends: list[str] | None = None  # distributed backends available: nccl, gloo, mpi
+    init_error: str | None = None  # what torch.cuda init said, or that it timed out
+
+
+# --- GPUs -----------------------------------------------------------------------------------
+
+
+class GpuProcess(_Model):
+    pid: int
+    used_memory_mib: float | None = None
+    cmdline: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+
+
+class Gpu(_Model):
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    compute_capability: str | None = None  # "8.6"
+    persistence_mode: bool | None = None
+    ecc_errors: int | None = None
+    mig_mode: bool | None = None
+    compute_mode: str | None = None
+    processes: list[GpuProcess] | None = None
+
+
+class GpuLink(_Model):
+    a: int
+    b: int
+    common_ancestor: str | None = None  # NVLINK, PIX, PXB, PHB, NODE, SYS
+    p2p_read: str | None = None  # ok, not_supported, disabled, ...
+    p2p_write: str | None = None
+    nvlinks: int | None = None
+
+
+_CONSUMER_GPU = re.compile(r"GeForce|TITAN|\bRTX \d{4}\b|\bGTX\b", re.IGNORECASE)
+
+
+class Gpus(Section):
+    count: int | None = None
+    devices: list[Gpu] | None = None
+    topology: list[GpuLink] | None = None
+    visible: list[str] | None = None  # CUDA_VISIBLE_DEVICES, parsed; None when unset
+    derived: ClassVar[tuple[str, ...]] = (
+        "models",
+        "distinct_models",
+        "consumer",
+        "p2p_ok",
+        "visible_duplicates",
+        "processes_on_gpu0",
+        "max_processes_per_gpu",
+    )
+
+    @property
+    def models(self) -> list[str] | None:
+        if not self.devices:
+            return None
+        return [d.name for d in self.devices if d.name]
+
+    @property
+    def distinct_models(self) -> int | None:
+        models = self.models
+        return len(set(models)) if models else None
+
+    @property
+    def consumer(self) -> bool | None:
+        """Any GeForce/TITAN-class card: PCIe P2P on these is often unsupported or broken."""
+        models = self.models
+        return any(_CONSUMER_GPU.search(m) for m in models) if models else None
+
+    @property
+    def p2p_ok(self) -> bool | None:
+        if not self.topology:
+            return None
+        statuses = [s for link in self.topology for s in (link.p2p_read, link.p2p_write) if s]
+        return all(s == "ok" for s in statuses) if statuses else None
+
+    @property
+    def visible_duplicates(self) -> bool | None:
+        if self.visible is None:
+            return None
+        return len(set(self.visible)) != len(self.visible)
+
+    @property
+    def processes_on_gpu0(self) -> int | None:
+        if not self.devices or self.devices[0].processes is None:
+            return None
+        return len(self.devices[0].processes)
+
+    @property
+    def max_processes_per_gpu(self) -> int | None:
+        counts = [len(d.processes) for d in self.devices or [] if d.processes is not None]
+        return max(counts) if counts else None
+
+
+class Driver(Section):
+    version: str | None = None
+    cuda_version: str | None = None  # the newest CUDA runtime the driver supports
+
+
+# --- launcher -------------------------------------------------------------------------------
+
+
+class Launcher(Section):
+    kind: str | None = None  # torchrun, slurm, mpirun, deepspeed, accelerate, none
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    local_world_size: int | None = None
+    node_rank: int | None = None
+    nnodes: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    slurm_ntasks: int | None = None
+    slurm_ntasks_per_node: int | None = None
+    slurm_nnodes: int | None = None
+    slurm_gpus_on_node: int | None = None
+    strategy: str | None = None  # as requested by the job: ddp, ddp_spawn, fsdp, deepspeed
+    devices_requested: int | None = None
+
+
+# --- micro-tests ------------------------------------------------------------------------------
+
+TestStatus = Literal["passed", "failed", "timed_out", "skipped", "error"]
+Measurement = float | int | bool | str | None
+
+
+class MicroTest(_Model):
+    status: TestStatus
+    duration_s: float | None = None
+    backend: str | None = None
+    nproc: int | None = None
+    reason: str | None = None  # why it was skipped
+    error: str | None = None
+    ranks: dict[str, str] = Field(default_factory=dict)  # rank -> last step reached / exit
+    measurements: dict[str, Measurement] = Field(default_factory=dict)
+    variants: dict[str, TestStatus] = Field(default_factory=dict)  # "p2p_disabled" -> passed
+
+
+class MicroTests(Section):
+    rendezvous: MicroTest | None = None
+    barrier: MicroTest | None = None
+    all_reduce: MicroTest | None = None
+    placement: MicroTest | None = None
+    duplicate_gpu: MicroTest | None = None
+    lightning_fit: MicroTest | None = None
+
+
+# --- logs -------------------------------------------------------------------------------------
+
+
+class LogLine(_Model):
+    no: int  # 1-based line number in its source
+    text: str
+    rank: int | None = None
+    source: str | None = None
+
+
+class Signature(_Model):
+    id: str  # from probes.log.SIGNATURES
+    line: int
+    excerpt: str
+    rank: int | None = None
+    source: str | None = None
+    data: dict[str, str] = Field(default_factory=dict)  # named groups: device, collective, ...
+
+
+class Log(Section):
+    sources: list[str] = Field(default_factory=list)
+    lines_read: int | None = None
+    lines: list[LogLine] | None = None  # the retained lines rules' patterns run over
+    signatures: list[Signature] | None = None
+    derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks")
+
+    @property
+    def signature_ids(self) -> list[str] | None:
+        return None if self.signatures is None else sorted({s.id for s in self.signatures})
+
+    @property
+    def failing_ranks(self) -> list[int] | None:
+        if self.signatures is None:
+            return None
+        return sorted({s.rank for s in self.signatures if s.rank is not None})
+
+
+# --- hangs ------------------------------------------------------------------------------------
+
+
+class Frame(_Model):
+    file: str
+    line: int | None = None
+    function: str | None = None
+
+
+class RankStack(_Model):
+    rank: int | None = None
+    local_rank: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    method: str | None = None  # py-spy, faulthandler
+    state: str | None = None
+    waiting_in: str | None = None  # barrier, all_reduce, init_process_group, ...
+    frames: list[Frame] = Field(default_factory=list)
+
+
+class Hang(Section):
+    detected: bool | None = None
+    ranks: list[RankStack] | None = None
+    derived: ClassVar[tuple[str, ...]] = ("waiting_in", "divergent")
+
+    @property
+    def waiting_in(self) -> list[str] | None:
+        if not self.ranks:
+            return None
+        return sorted({r.waiting_in or "unknown" for r in self.ranks})
+
+    @property
+    def divergent(self) -> bool | None:
+        """Ranks stuck in different places: the signature of a collective reached by a subset."""
+        places = self.waiting_in
+        return None if places is None else len(places) > 1
+
+
+# --- the whole --------------------------------------------------------------------------------
+
+
+class ProbeError(_Model):
+    probe: str
+    message: str
+
+
+class Skipped(_Model):
+    what: str
+    reason: str
+
+
+class Facts(_Model):
+    schema_version: int = SCHEMA_VERSION
+    created: str | None = None  # ISO 8601, UTC
+    inputs: list[str] = Field(default_factory=list)  # "live", "report:env.txt", "log:train.log"
+    host: Host = Field(default_factory=Host)
+    packages: Packages = Field(default_factory=Packages)
+    env: Env = Field(default_factory=Env)
+    torch: TorchBuild = Field(default_factory=TorchBuild)
+    gpus: Gpus = Field(default_factory=Gpus)
+    driver: Driver = Field(default_factory=Driver)
+    launcher: Launcher = Field(default_factory=Launcher)
+    microtests: MicroTests = Field(default_factory=MicroTests)
+    log: Log = Field(default_factory=Log)
+    hang: Hang = Field(default_factory=Hang)
+    errors: list[ProbeError] = Field(default_factory=list)
+    skipped: list[Skipped] = Field(default_factory=list)
+
+
+# --- snapshots --------------------------------------------------------------------------------
+
+# Upgrades from older snapshot versions: version -> function that returns the data of
+# version + 1. Empty while there is only version 1; add one per schema change.
+UPGRADES: dict[int, Any] = {}
+
+
+def facts_from_dict(data: Any, origin: str = "<snapshot>") -> Facts:
+    """Validate snapshot data, upgrading older schema versions; errors name ``origin``."""
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise SnapshotError(f"{origin}: not a diagnose snapshot (no schema_version)")
+    version = data["schema_version"]
+    if not isinstance(version, int):
+        raise SnapshotError(f"{origin}: schema_version must be an integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise SnapshotError(
+            f"{origin}: snapshot schema {version} is newer than this diagnose reads "
+            f"({SCHEMA_VERSION}); upgrade lightning-diagnose"
+        )
+    while version < SCHEMA_VERSION:
+        if version not in UPGRADES:
+            raise SnapshotError(f"{origin}: snapshot schema {version} is no longer supported")
+        data = UPGRADES[version](data)
+        version = data["schema_version"]
+    try:
+        return Facts.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        place = ".".join(str(p) for p in first["loc"]) or "<root>"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise SnapshotError(f"{origin}: {place}: {first['msg']}{more}") from None
+
+
+def load_snapshot(path: str | Path) -> Facts:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw)
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path}: not a snapshot: binary data") from None
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    return facts_from_dict(data, str(path))
+
+
+def dump_snapshot(facts: Facts) -> str:
+    return facts.model_dump_json(indent=2)

@@ -1,0 +1,116 @@
+"""Loading rules: every kind of bad rule file is one FILE:LINE line, never a traceback."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from diagnose.kb import KBError, load_kb
+
+GOOD = """\
+id: area.good
+title: A good rule
+severity: warning
+evidence:
+  - {fact: gpus.count, ge: 2, weight: 2}
+  - {log: 'NCCL WARN', weight: 3}
+explain: Because.
+fix:
+  - title: Do this
+    snippet: "export NCCL_DEBUG=INFO  # {{ nproc }} ranks"
+references: [https://example.org/issue/1]
+examples:
+  - {expect: match, facts: {gpus: {count: 2}}}
+  - {expect: no-match, facts: {gpus: {count: 1}}}
+"""
+
+
+def write(root: Path, rel: str, text: str) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def problems(root: Path) -> list[str]:
+    with pytest.raises(KBError) as info:
+        load_kb([root], shipped=False)
+    return info.value.problems
+
+
+def test_good_rule_loads(tmp_path):
+    write(tmp_path, "area/good.yaml", GOOD)
+    kb = load_kb([tmp_path], shipped=False)
+    assert [r.id for r in kb.rules] == ["area.good"]
+    assert kb.files["area.good"] == tmp_path / "area/good.yaml"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "message"),
+    [
+        ("fact: gpus.count", "fact: gpu.count", 5, "evidence[0].fact: unknown fact path 'gpu.count' (did you mean 'gpus.count'?)"),
+        ("'NCCL WARN'", "'NCCL (WARN'", 6, "evidence[1].log: bad regex"),
+        ("weight: 3}", "weight: 3, colour: red}", 6, "evidence[1].colour: unknown key"),
+        ("ge: 2, weight: 2", "version: '>=2.x', weight: 2", 5, "bad version specifier '>=2.x'"),
+        ("{{ nproc }}", "{{ nproc ", 10, "fix[0].snippet: template syntax error"),
+        ("severity: warning", "severity: fatal", 3, "severity: Input should be 'error', 'warning' or 'info'"),
+        ("ge: 2, weight: 2", "ge: 2, le: 4, weight: 2", 5, "exactly one operator"),
+        ("  - {expect: no-match, facts: {gpus: {count: 1}}}\n", "", 13, "missing no-match"),
+        ("references: [https://example.org/issue/1]", "references: []", 11, "references: List should have at least 1 item"),
+        ("{fact: gpus.count, ge: 2, weight: 2}", "{weight: 2}", 5, "evidence[0]: a check needs exactly one of the keys"),
+        ("title: A good rule", "title: A good rule\ntitle: twice", 3, "duplicate key 'title'"),
+        ("title: A good rule", "title: !!python/object/apply:os.system ['true']", 2, "unsupported tag"),
+        ("explain: Because.", "explain: [unclosed", 8, "invalid YAML"),
+    ],
+)
+def test_bad_rule_is_one_line_with_place(tmp_path, old, new, line, message):
+    assert old in GOOD
+    path = write(tmp_path, "area/good.yaml", GOOD.replace(old, new))
+    found = problems(tmp_path)
+    first = found[0]
+    assert first.startswith(f"{path}:{line}: "), found
+    assert message.split(": ")[-1].rstrip("'") in first or message in first, found
+    assert "\n" not in first and "Traceback" not in first
+
+
+def test_id_must_match_path(tmp_path):
+    path = write(tmp_path, "area/other.yaml", GOOD)
+    assert problems(tmp_path) == [f"{path}:1: id: 'area.good' does not match its path (expected 'area.other')"]
+
+
+def test_duplicate_id_via_alias(tmp_path):
+    write(tmp_path, "area/good.yaml", GOOD)
+    second = GOOD.replace("id: area.good", "id: area.second\naliases: [area.good]")
+    path = write(tmp_path, "area/second.yaml", second)
+    assert any(p.startswith(f"{path}:1: id: 'area.good' already defined") for p in problems(tmp_path))
+
+
+def test_unknown_signature_suggests(tmp_path):
+    from probes.log import SIGNATURES
+
+    known = sorted(SIGNATURES)[0]
+    write(tmp_path, "area/good.yaml", GOOD.replace("{log: 'NCCL WARN', weight: 3}", f"{{signature: {known}x, weight: 3}}"))
+    assert f"did you mean '{known}'" in problems(tmp_path)[0]
+
+
+def test_when_takes_no_weight(tmp_path):
+    write(tmp_path, "area/good.yaml", GOOD.replace("evidence:", "when:\n  - {fact: gpus.count, ge: 1, weight: 2}\nevidence:"))
+    assert "takes no weight" in problems(tmp_path)[0]
+
+
+def test_not_a_folder(tmp_path):
+    assert problems(tmp_path / "missing") == [f"{tmp_path / 'missing'}: not a rule folder"]
+
+
+def test_shipped_kb_loads_and_covers_the_seed_causes():
+    kb = load_kb()
+    ids = {r.id for r in kb.rules}
+    assert {
+        "startup.staggered-init-hang",
+        "ddp.checkpoint-on-gpu0",
+        "sync.barrier-divergence",
+        "devices.duplicate-gpu",
+        "devices.hook-device-mismatch",
+    } <= ids
