@@ -1,0 +1,426 @@
+"""Plan, run and judge the micro-tests; the parent side, which never imports torch."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from probes.facts import MicroTest, MicroTests
+from probes.microtests.channel import RankReport, read_report
+from probes.microtests.checks import SIZES, size_label
+from probes.microtests.watchdog import Launch, Watched, supervise
+
+TEST_NAMES = ("rendezvous", "barrier", "all_reduce", "placement", "duplicate_gpu", "lightning_fit")
+STRATEGIES = ("ddp", "ddp_spawn", "fsdp", "deepspeed")
+BACKENDS = ("gloo", "nccl")
+# Re-run under these when a collective fails or hangs on NCCL: which one passes names the cause.
+VARIANTS: dict[str, dict[str, str]] = {
+    "p2p_disabled": {"NCCL_P2P_DISABLE": "1"},
+    "shm_disabled": {"NCCL_SHM_DISABLE": "1"},
+    "ib_disabled": {"NCCL_IB_DISABLE": "1"},
+}
+_COLLECTIVES = ("rendezvous", "barrier", "all_reduce")
+_PROBES_ROOT = Path(__file__).resolve().parents[2]
+# Set by launchers around a job; inside our own ranks they would mislead torch or Lightning.
+_LAUNCHER_VARS = re.compile(
+    r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|NODE_RANK|MASTER_ADDR|MASTER_PORT"
+    r"|(TORCHELASTIC|SLURM|OMPI|PMI|PMIX)_\w*)"
+)
+_CPP_TRACE = re.compile(r"\s*Exception raised from .*", re.DOTALL)
+_MAX_ERROR = 600
+
+Progress = Callable[[str, str, "str | None"], None]
+
+
+@dataclass
+class Setup:
+    """What the environment allows, from one probe child."""
+
+    info: dict
+    backend: str | None
+    nproc: int
+    cuda_devices: int
+    skip_all: str | None = None
+
+
+@dataclass
+class Run:
+    """One execution of a test: how its processes ended and what each rank wrote."""
+
+    watched: Watched
+    reports: dict[int, RankReport]
+    launcher: RankReport | None
+    nproc: int
+    backend: str
+    timeout: float
+    extra: dict = field(default_factory=dict)
+
+    def exit_of(self, rank: int):
+        return self.watched.exits.get(rank) or self.watched.exits.get("launcher")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not _LAUNCHER_VARS.fullmatch(k)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROBES_ROOT), env.get("PYTHONPATH")) if p)
+    env.update(extra or {})
+    return env
+
+
+def _query(timeout: float) -> dict:
+    argv = [sys.executable, "-m", "probes.microtests.worker", "--query"]
+    try:
+        done = subprocess.run(
+            argv, env=child_env(), capture_output=True, text=True, timeout=max(timeout, 30.0)
+        )
+    except subprocess.TimeoutExpired:
+        return {"query_error": f"inspecting torch in {sys.executable} took over {max(timeout, 30.0):g} s"}
+    import json
+
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"query_error": f"inspecting torch in {sys.executable} failed: {tail}"}
+
+
+def plan(info: dict, nproc: int | None, backend: str | None) -> Setup:
+    cuda = info.get("device_count", 0) if info.get("cuda") else 0
+    if "query_error" in info or "torch_error" in info:
+        why = info.get("query_error") or f"torch cannot be imported by {info.get('python')}: {info['torch_error']}"
+        return Setup(info, None, nproc or 2, cuda, skip_all=why)
+    if not info.get("distributed"):
+        return Setup(info, None, nproc or 2, cuda, skip_all="torch.distributed is not available in this torch build")
+    if backend is None:
+        backend = "nccl" if cuda and info.get("nccl") else "gloo"
+    if not info.get(backend):
+        return Setup(info, backend, nproc or 2, cuda, skip_all=f"this torch build has no {backend} backend")
+    if backend == "nccl" and not cuda:
+        return Setup(info, backend, nproc or 2, cuda, skip_all="the nccl backend needs a CUDA GPU; none is visible")
+    default = cuda if backend == "nccl" else 2
+    return Setup(info, backend, nproc or default, cuda)
+
+
+def _skip_reason(name: str, setup: Setup, strategy: str) -> str | None:
+    if setup.skip_all:
+        return setup.skip_all
+    if name in ("placement", "duplicate_gpu") and not setup.cuda_devices:
+        return "needs a CUDA GPU; torch sees none"
+    if name == "duplicate_gpu" and setup.cuda_devices == 1 and setup.backend != "nccl":
+        return "on a single GPU this asks NCCL about two ranks sharing it; the backend is gloo"
+    if name == "lightning_fit":
+        if not setup.info.get("lightning"):
+            return "neither lightning nor pytorch_lightning is installed"
+        if strategy in ("fsdp", "deepspeed") and not (setup.cuda_devices and setup.backend == "nccl"):
+            return f"Lightning's {strategy} strategy needs CUDA GPUs and NCCL"
+        if strategy == "deepspeed" and not setup.info.get("deepspeed"):
+            return "the deepspeed strategy needs the deepspeed package, which is not installed"
+    return None
+
+
+def _device(name: str, rank: int, backend: str, setup: Setup, shared: bool) -> str:
+    if name in ("placement", "duplicate_gpu") or backend == "nccl":
+        return "cuda:0" if shared else f"cuda:{rank % setup.cuda_devices}"
+    return "cpu"
+
+
+def execute(
+    name: str,
+    setup: Setup,
+    *,
+    backend: str,
+    timeout: float,
+    strategy: str = "ddp",
+    extra_env: dict[str, str] | None = None,
+) -> Run:
+    """Start the ranks of one test, supervise them, and collect what they reported."""
+    shared = name == "duplicate_gpu" and setup.cuda_devices == 1
+    nproc = max(2, setup.nproc) if name == "duplicate_gpu" else setup.nproc
+    if shared:
+        nproc = 2
+    spawn = name == "lightning_fit" and strategy == "ddp_spawn"
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
+        base = [
+            sys.executable, "-m", "probes.microtests.worker", "--test", name,
+            "--world-size", str(nproc), "--backend", backend, "--port", str(port),
+            "--deadline", repr(time.time() + timeout), "--out", work,
+            "--parent-pid", str(os.getpid()), "--strategy", strategy,
+            "--mode", "shared" if shared else "distinct",
+        ]  # fmt: skip
+        lightning_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0"}
+        if spawn:
+            device = "cuda" if backend == "nccl" else "cpu"
+            launches = [Launch("launcher", [*base, "--device", device], child_env({**lightning_env, **(extra_env or {})}))]
+        else:
+            launches = []
+            for rank in range(nproc):
+                env = dict(extra_env or {})
+                if name == "lightning_fit":
+                    env.update(lightning_env, LOCAL_RANK=str(rank))
+                argv = [*base, "--rank", str(rank), "--local-rank", str(rank),
+                        "--device", _device(name, rank, backend, setup, shared)]  # fmt: skip
+                launches.append(Launch(rank, argv, child_env(env)))
+        watched = supervise(launches, Path(work), timeout)
+        reports = {rank: read_report(work, rank) for rank in range(nproc)}
+        launcher = read_report(work, "launcher") if spawn else None
+    return Run(watched, reports, launcher, nproc, backend, timeout, {"shared": shared, "strategy": strategy})
+
+
+def _clean(text: str) -> str:
+    text = _CPP_TRACE.sub("", text)
+    text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return text if len(text) <= _MAX_ERROR else text[: _MAX_ERROR - 3] + "..."
+
+
+def _last_output_line(run: Run, key) -> str:
+    lines = [line for line in run.watched.output.get(key, "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+def _rank_states(run: Run) -> dict[str, str]:
+    states = {}
+    for rank, report in run.reports.items():
+        step = "done" if report.done else report.last_step
+        exit_ = run.exit_of(rank)
+        states[str(rank)] = f"{step}; {exit_.describe()}" if exit_ else step
+    return states
+
+
+def verdict(run: Run) -> tuple[str, str | None]:
+    """(status, error) of one run. The first failure in time decides: later ones are echoes."""
+    exits, first = run.watched.exits, run.watched.failed_first
+    for key in first:
+        if exits[key].signalled:
+            where = run.reports[key].last_step if isinstance(key, int) else "launch"
+            who = f"rank {key}" if isinstance(key, int) else str(key)
+            return "failed", f"{who} died from {exits[key].describe()} at step '{where}'"
+    reports = [(k, run.reports.get(k) if isinstance(k, int) else run.launcher) for k in first]
+    reported = [(k, r) for k, r in reports if r is not None and r.error]
+    if reported:
+        key, report = min(reported, key=lambda kr: kr[1].error_time or 0.0)
+        who = f"rank {key}" if isinstance(key, int) else str(key)
+        return ("timed_out" if report.timeout else "failed"), f"{who}: {_clean(report.error)}"
+    if first:
+        key = first[0]
+        who = f"rank {key}" if isinstance(key, int) else str(key)
+        return "failed", f"{who} {exits[key].describe()}: {_clean(_last_output_line(run, key))}"
+    if run.watched.deadline_hit:
+        stuck = [f"rank {r} at '{rep.last_step}'" for r, rep in run.reports.items() if not rep.done]
+        return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(stuck or ["all ranks done"])
+    checks = [c for rep in run.reports.values() for c in rep.checks_failed]
+    if checks:
+        return "failed", _clean("; ".join(checks))
+    return "passed", None
+
+
+def bandwidth(size: int, seconds: float, nranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (1e9), as nccl-tests defines them for all_reduce."""
+    algbw = size / seconds / 1e9
+    return algbw, algbw * 2 * (nranks - 1) / nranks
+
+
+def _measure(name: str, run: Run, status: str) -> dict:
+    reports = list(run.reports.values())
+    if name == "rendezvous":
+        out = _max_of(reports, "init_s", "first_collective_s")
+        if status != "passed":
+            out["error_kind"] = rendezvous_error_kind(" ".join(r.error or "" for r in reports))
+        return out
+    if name == "barrier":
+        return {**_max_of(reports, "barrier_s"), **_missing(run, status)}
+    if name == "all_reduce":
+        return _all_reduce(run)
+    if name == "placement":
+        return dict(run.reports[0].measurements) if run.reports else {}
+    if name == "duplicate_gpu":
+        return _duplicates(run)
+    measured = dict(run.launcher.measurements) if run.launcher else {}
+    measured.update(run.reports[0].measurements if run.reports else {})
+    return {"strategy": run.extra["strategy"], **measured}
+
+
+def _max_of(reports: list[RankReport], *keys: str) -> dict:
+    out = {}
+    for key in keys:
+        values = [r.measurements[key] for r in reports if isinstance(r.measurements.get(key), (int, float))]
+        if values:
+            out[key] = max(values)
+    return out
+
+
+def _missing(run: Run, status: str) -> dict:
+    if status == "passed":
+        return {"missing_ranks": "", "missing_count": 0, "arrived_count": run.nproc}
+    named = sorted({m for r in run.reports.values() for m in r.missing})
+    # Without a monitored barrier's word, a rank that never entered the barrier is missing.
+    missing = named or [rank for rank, r in run.reports.items() if "barrier" not in r.steps]
+    return {
+        "missing_ranks": ",".join(map(str, missing)),
+        "missing_count": len(missing),
+        "arrived_count": run.nproc - len(missing),
+    }
+
+
+def rendezvous_error_kind(text: str) -> str:
+    lowered = text.lower()
+    for kind, needles in (
+        ("address_in_use", ("address already in use", "eaddrinuse")),
+        ("connection_refused", ("connection refused", "econnrefused")),
+        ("timeout", ("timed out", "timeout")),
+        ("hostname", ("name or service not known", "unknown host", "getaddrinfo")),
+    ):
+        if any(n in lowered for n in needles):
+            return kind
+    return "other"
+
+
+def _all_reduce(run: Run) -> dict:
+    reports = list(run.reports.values())
+    checked = all(f"all_reduce {size_label(SIZES[-1])}" in r.steps for r in reports)
+    wrong = any(r.checks_failed for r in reports)
+    out: dict = {"correct": False if wrong else (True if checked else None), "dtype": "float32"}
+    algbws, busbws = [], []
+    for size in SIZES:
+        label = size_label(size)
+        times = [r.measurements.get(f"time_s_{label}") for r in reports]
+        if not times or None in times:
+            continue
+        seconds = sum(times) / len(times)  # nccl-tests' default: the mean over ranks
+        algbw, busbw = bandwidth(size, seconds, run.nproc)
+        out[f"time_us_{label}"] = round(seconds * 1e6, 1)
+        out[f"algbw_gbps_{label}"] = round(algbw, 4)
+        out[f"busbw_gbps_{label}"] = round(busbw, 4)
+        algbws.append(algbw)
+        busbws.append(busbw)
+    if busbws:
+        out["algbw_gbps_max"] = round(max(algbws), 4)
+        out["busbw_gbps_max"] = round(max(busbws), 4)
+        out["busbw_gbps_avg"] = round(sum(busbws) / len(busbws), 4)
+    return out
+
+
+def _duplicates(run: Run) -> dict:
+    if run.extra["shared"]:
+        errors = [r.measurements["nccl_error"] for r in run.reports.values() if r.measurements.get("nccl_error")]
+        return {
+            "mode": "shared",
+            "nccl_error": errors[0] if errors else None,
+            "nccl_rejects_shared": bool(errors) and any("duplicate gpu" in e.lower() for e in errors),
+        }
+    by_device: dict[str, list[int]] = {}
+    for rank, report in run.reports.items():
+        uuid = report.measurements.get("device_uuid")
+        if uuid:
+            by_device.setdefault(uuid, []).append(rank)
+    if len(by_device) < len(run.reports):
+        return {"mode": "distinct"}  # some rank never said which device it got
+    shared = sorted(r for ranks in by_device.values() if len(ranks) > 1 for r in ranks)
+    return {
+        "mode": "distinct",
+        "distinct_devices": len(by_device),
+        "duplicates": bool(shared),
+        "duplicate_ranks": ",".join(map(str, shared)),
+    }
+
+
+def judge(name: str, run: Run) -> MicroTest:
+    status, error = verdict(run)
+    measurements = _measure(name, run, status)
+    if status == "passed" and measurements.get("duplicates"):
+        status, error = "failed", f"ranks {measurements['duplicate_ranks']} were given the same GPU"
+    if status == "timed_out" and name == "barrier" and measurements.get("missing_ranks"):
+        error = f"ranks never reached the barrier: {measurements['missing_ranks']}; {error}"
+    return MicroTest(
+        status=status,
+        duration_s=round(run.watched.elapsed_s, 3),
+        backend=run.backend,
+        nproc=run.nproc,
+        error=error,
+        ranks=_rank_states(run),
+        measurements=measurements,
+    )
+
+
+def _detail(test: MicroTest) -> str | None:
+    if test.status == "skipped":
+        return test.reason
+    if test.status != "passed":
+        return (test.error or "")[:200] or None
+    m = test.measurements
+    if "busbw_gbps_max" in m:
+        return f"busbw up to {m['busbw_gbps_max']:.2f} GB/s, sums exact"
+    return f"{test.nproc} ranks, {test.backend}, {test.duration_s:.1f} s"
+
+
+def _run_test(name: str, setup: Setup, *, timeout: float, strategy: str, notify: Progress) -> MicroTest:
+    reason = _skip_reason(name, setup, strategy)
+    if reason:
+        return MicroTest(status="skipped", reason=reason, backend=setup.backend, nproc=setup.nproc)
+    backend = setup.backend
+    assert backend is not None
+    test = judge(name, execute(name, setup, backend=backend, timeout=timeout, strategy=strategy))
+    if name in _COLLECTIVES and backend == "nccl" and test.status in ("failed", "timed_out"):
+        for variant, env in VARIANTS.items():
+            notify(name, "running", f"variant {variant}")
+            test.variants[variant] = verdict(execute(name, setup, backend="nccl", timeout=timeout, extra_env=env))[0]
+        notify(name, "running", "variant gloo")
+        test.variants["gloo"] = verdict(execute(name, setup, backend="gloo", timeout=timeout))[0]
+    return test
+
+
+def run_microtests(
+    names: list[str] | None = None,
+    *,
+    nproc: int | None = None,
+    backend: str | None = None,
+    timeout: float = 60.0,
+    strategy: str = "ddp",
+    progress: Progress | None = None,
+) -> MicroTests:
+    """Run the named micro-tests (all when None) in order; see the package docstring."""
+    selected = list(TEST_NAMES) if names is None else list(names)
+    unknown = [n for n in selected if n not in TEST_NAMES]
+    if unknown:
+        raise ValueError(f"unknown micro-test {unknown[0]!r}; known: {', '.join(TEST_NAMES)}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if nproc is not None and nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+
+    def notify(name: str, state: str, detail: str | None) -> None:
+        if progress is not None:
+            progress(name, state, detail)
+
+    result = MicroTests(source="microtest")
+    if not selected:
+        return result
+    setup = plan(_query(timeout), nproc, backend)
+    for name in TEST_NAMES:
+        if name not in selected:
+            continue
+        notify(name, "running", None)
+        try:
+            test = _run_test(name, setup, timeout=timeout, strategy=strategy, notify=notify)
+        except Exception as exc:  # an internal failure is a result; the other tests still run
+            test = MicroTest(status="error", error=f"{type(exc).__name__}: {exc}")
+        setattr(result, name, test)
+        notify(name, "failed" if test.status == "error" else test.status, _detail(test))
+    return result

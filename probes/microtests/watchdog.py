@@ -1,0 +1,165 @@
+"""Start the ranks of one micro-test, watch them against a hard deadline, leave nothing behind.
+
+Like torchrun's agent, the first rank to fail ends the run: the others get a short grace to
+report their own error, then the whole tree is killed. Descendants are tracked while they
+live (a rank may start its own processes: Lightning's spawn launcher does), and each rank
+leads its own process group, so a grandchild orphaned by a dead rank is still found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+_POLL_S = 0.05
+_REAP_S = 5.0
+_TAIL_BYTES = 4000
+
+
+@dataclass
+class Launch:
+    key: int | str  # the rank it runs, or "launcher" for one that starts the ranks itself
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass
+class Exit:
+    returncode: int | None
+    killed: str | None = None  # why the watchdog killed it, when it did
+
+    def describe(self) -> str:
+        if self.killed:
+            return f"killed by the watchdog {self.killed}"
+        if self.returncode is None:
+            return "still running"
+        if self.returncode < 0:
+            return f"signal {signal_name(-self.returncode)}"
+        return f"exit {self.returncode}"
+
+    @property
+    def signalled(self) -> bool:
+        return not self.killed and self.returncode is not None and self.returncode < 0
+
+
+@dataclass
+class Watched:
+    exits: dict[int | str, Exit]
+    deadline_hit: bool
+    failed_first: list[int | str]  # keys that failed in the first poll that saw a failure
+    elapsed_s: float
+    output: dict[int | str, str] = field(default_factory=dict)  # tail of each one's output
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _spawn(launch: Launch, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            launch.argv,
+            env=launch.env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=os.name == "posix",
+        )
+
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def kill_tree(procs: list[psutil.Process], groups: list[int]) -> None:
+    """SIGKILL every process given and every member of the given process groups, then reap."""
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.kill()
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=_REAP_S)
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def supervise(launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0) -> Watched:
+    """Run ``launches`` at once; return when all ended, or after killing them all."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    popens: dict[int | str, subprocess.Popen] = {}
+    tracked: dict[int, psutil.Process] = {}
+    exits: dict[int | str, Exit] = {}
+    failed_first: list[int | str] = []
+    failed_at: float | None = None
+    deadline_hit = False
+    logs = {launch.key: workdir / f"{launch.key}.log" for launch in launches}
+    try:
+        for launch in launches:
+            popen = _spawn(launch, logs[launch.key])
+            popens[launch.key] = popen
+            with contextlib.suppress(psutil.NoSuchProcess):
+                tracked[popen.pid] = psutil.Process(popen.pid)
+        while True:
+            for proc in list(tracked.values()):
+                for child in _descendants(proc):
+                    tracked.setdefault(child.pid, child)
+            newly_failed = []
+            for key, popen in popens.items():
+                if key not in exits and (rc := popen.poll()) is not None:
+                    exits[key] = Exit(rc)
+                    if rc != 0:
+                        newly_failed.append(key)
+            if newly_failed and failed_at is None:
+                failed_first, failed_at = newly_failed, time.monotonic()
+            now = time.monotonic()
+            if len(exits) == len(popens):
+                break
+            why = None
+            if now >= deadline:
+                why, deadline_hit = f"at the {timeout_s:g} s deadline", True
+            elif failed_at is not None and now >= failed_at + grace_s:
+                why = f"after {failed_first[0]} failed" if isinstance(failed_first[0], str) else (
+                    f"after rank {failed_first[0]} failed"
+                )
+            if why:
+                for key in popens:
+                    exits.setdefault(key, Exit(None, killed=why))
+                break
+            time.sleep(_POLL_S)
+    finally:
+        groups = [p.pid for p in popens.values()] if os.name == "posix" else []
+        kill_tree(list(tracked.values()), groups)
+        for key, popen in popens.items():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=_REAP_S)
+            exits.setdefault(key, Exit(popen.returncode, killed="when the run was interrupted"))
+    return Watched(
+        exits=exits,
+        deadline_hit=deadline_hit,
+        failed_first=failed_first,
+        elapsed_s=time.monotonic() - start,
+        output={key: _tail(path) for key, path in logs.items()},
+    )
