@@ -97,8 +97,8 @@ Devices and CUDA
   cuda_fork_reinit             "Cannot re-initialize CUDA in forked subprocess"
   cuda_invalid_device_ordinal  "invalid device ordinal"
   cuda_no_kernel_image         "no kernel image is available for execution on the device"
-  cuda_arch_incompatible       "with CUDA capability sm_X is not compatible with the current
-                               PyTorch installation" [arch]
+  cuda_arch_incompatible       "GPU with CUDA capability sm_X is not compatible with the current
+                               PyTorch installation" [gpu, arch]
   cuda_driver_too_old          "The NVIDIA driver on your system is too old", "driver
                                version is insufficient for CUDA runtime version"
   torch_not_compiled_with_cuda "Torch not compiled with CUDA enabled"
@@ -307,7 +307,7 @@ _DEFS = [
     _sig("cuda_no_kernel_image", "torch has no kernels for this GPU",
          r"no kernel image is available for execution on the device"),
     _sig("cuda_arch_incompatible", "the GPU's architecture is not in the torch build",
-         r"with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"),
+         r"(?:(?:^|: )(?P<gpu>[^:\n]+?) )?with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"),
     _sig("cuda_driver_too_old", "the NVIDIA driver is too old for torch's CUDA",
          r"NVIDIA driver on your system is too old", r"driver version is insufficient for CUDA runtime version"),
     _sig("torch_not_compiled_with_cuda", "a CPU-only torch build",

@@ -1,0 +1,196 @@
+"""Offline evidence: pasted environment reports and logs combined into one ``Facts``.
+
+``offline_facts(reports, logs)`` parses every report (``probes.report``), reads every log
+(``probes.log``) and merges them: for a plain field the first input that states it wins
+(reports before logs, in the order given); keyed sections (packages, env) merge their
+names; the log section concatenates lines and signatures, each tagged with its source.
+
+Beyond what each reader finds, the texts are searched for what the job itself stated:
+the launcher and its arguments (``torchrun --nproc_per_node=4``, ``srun``, ``mpirun -np``,
+``accelerate launch``, ``notebook_launcher(..., num_processes=2)``), the requested
+strategy and devices (``Trainer(strategy="ddp", devices=4)``, ``--gpus 2``),
+``CUDA_VISIBLE_DEVICES=...`` assignments, notebooks (``ipykernel``, ``notebook_launcher``),
+Lightning's rank banners (world size, visible devices), and NCCL's own ``NCCL_X set by
+environment`` and ``NCCL version`` lines.
+
+A report that itself contains error signatures (a warning pasted into the environment
+section) is also read as a log, so those signatures count; a report without any leaves
+the log section to the logs, so log evidence stays "unknown" when no log was given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from probes.facts import Facts, Gpu, Log, Section, Skipped
+from probes.log import log_from_text, read_log
+from probes.report import parse_report
+
+_LAUNCH = [
+    (re.compile(r"\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\bpython -m torch\.distributed"), "torchrun"),
+    (re.compile(r"(?:^|[\s$`])srun\s"), "slurm"),
+    (re.compile(r"\b(?:mpirun|mpiexec)\b"), "mpirun"),
+    (re.compile(r"\baccelerate launch\b|\bnotebook_launcher\s*\("), "accelerate"),
+    (re.compile(r"(?:^|[\s$`])deepspeed\s+(?:--\w|\S+\.py)"), "deepspeed"),
+]
+_INT_ARGS = {
+    "local_world_size": re.compile(r"--nproc[_-]per[_-]node[= ]+(\d+)"),
+    "nnodes": re.compile(r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)\b(?!:)|\bnum_nodes\s*=\s*(\d+)"),
+    "node_rank": re.compile(r"--node[_-]rank[= ]+(\d+)"),
+    "master_port": re.compile(r"--master[_-]port[= ]+(\d+)"),
+    "world_size": re.compile(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)"),
+    "slurm_ntasks_per_node": re.compile(r"--ntasks-per-node[= ]+(\d+)"),
+}
+_STRATEGY = [
+    re.compile(r"""\bstrategy\s*=\s*["'](?P<s>\w+)["']"""),
+    re.compile(r"--strategy[= ]+[\"']?(?P<s>\w+)"),
+    re.compile(r"""\b(?:accelerator|distributed_backend)\s*=\s*["'](?P<s>ddp\w*|dp|ddp2|horovod)["']"""),
+    re.compile(r"\bstrategy\s*=\s*(?P<cls>DDP|FSDP|DeepSpeed|DDPSpawn|SingleDevice)Strategy\("),
+]
+_STRATEGY_CLASS = {"DDP": "ddp", "FSDP": "fsdp", "DeepSpeed": "deepspeed", "DDPSpawn": "ddp_spawn",
+                   "SingleDevice": "single_device"}
+_DEVICES = [
+    re.compile(r"\b(?:devices|gpus|num_gpus|n_gpus)\s*=\s*(?P<n>\d+)\b"),
+    re.compile(r"--(?:devices|gpus|num[_-]gpus)[= ]+(?P<n>\d+)\b(?![,\d])"),
+    re.compile(r"""\b(?:devices|gpus)\s*=\s*\[(?P<list>[\d, ]+)\]"""),
+    re.compile(r"""(?:\b(?:devices|gpus)\s*=\s*|--(?:devices|gpus)[= ]+)["'](?P<list>\d+(?:\s*,\s*\d+)+)["']"""),
+    re.compile(r"\bnum_processes\s*=\s*(?P<n>\d+)\b"),
+]
+_VISIBLE = re.compile(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?=\s|$|;)""")
+_INTERACTIVE = re.compile(
+    r"ipykernel|<ipython-input-|/tmp/ipykernel_|google\.colab|\bnotebook_launcher\b|"
+    r"(?i:\bjupyter (?:notebook|lab)\b|\bin (?:a )?(?:jupyter|colab)\b)"
+)
+
+
+def offline_facts(
+    reports: Sequence[tuple[str, str]] = (),
+    logs: Sequence[tuple[str, Any]] = (),
+) -> Facts:
+    """One Facts from ``(name, text)`` reports and ``(name, source)`` logs (a source as
+    ``probes.log.read_log`` takes it). Raises ``probes.log.LogError`` for an unreadable
+    or binary log; never on the content of a report."""
+    facts = Facts()
+    texts: list[str] = []
+    log_parts: list[Log] = []
+    for name, text in reports:
+        facts.inputs.append(f"report:{name}")
+        _merge(facts, parse_report(text, name))
+        texts.append(text)
+        from_report = log_from_text(text, f"report:{name}")
+        if from_report.signatures:
+            log_parts.append(from_report)
+    for name, source in logs:
+        facts.inputs.append(f"log:{name}")
+        log_parts.append(read_log(source, name))
+    if logs or log_parts:
+        facts.log = _merged_logs(log_parts)
+    lines = [line.text for line in facts.log.lines or []]
+    _stated(facts, texts + ["\n".join(lines)])
+    _from_signatures(facts)
+    facts.skipped.append(Skipped(what="live probes", reason="offline: diagnosing pasted reports and logs only"))
+    facts.skipped.append(Skipped(what="micro-tests", reason="offline: nothing is run on the reporter's machine"))
+    return facts
+
+
+# --- merging ----------------------------------------------------------------------------------
+
+
+def _merge(into: Facts, new: Facts) -> None:
+    for name in ("host", "torch", "gpus", "driver", "launcher"):
+        _merge_section(getattr(into, name), getattr(new, name))
+    for name in ("packages", "env"):
+        target, source = getattr(into, name), getattr(new, name)
+        if source.values:
+            for key, value in source.values.items():
+                target.values.setdefault(key, value)
+            target.source = target.source or source.source
+
+
+def _merge_section(target: Section, source: Section) -> None:
+    if source.source is None:
+        return
+    for field_name in type(source).model_fields:
+        if field_name in ("source", "unavailable"):
+            continue
+        value = getattr(source, field_name)
+        if value is not None and getattr(target, field_name) is None:
+            setattr(target, field_name, value)
+    target.source = target.source or source.source
+
+
+def _merged_logs(parts: Iterable[Log]) -> Log:
+    merged = Log(source="log", lines_read=0, lines=[], signatures=[])
+    for part in parts:
+        merged.sources.extend(part.sources)
+        merged.lines_read = (merged.lines_read or 0) + (part.lines_read or 0)
+        merged.lines = [*(merged.lines or []), *(part.lines or [])]
+        merged.signatures = [*(merged.signatures or []), *(part.signatures or [])]
+    return merged
+
+
+# --- what the texts state ---------------------------------------------------------------------
+
+
+def _set(section: Section, field_name: str, value: Any, source: str = "log") -> None:
+    if value is not None and getattr(section, field_name) is None:
+        setattr(section, field_name, value)
+        section.source = section.source or source
+
+
+def _stated(facts: Facts, texts: list[str]) -> None:
+    launcher, host, gpus = facts.launcher, facts.host, facts.gpus
+    for text in texts:
+        for pattern, kind in _LAUNCH:
+            if pattern.search(text):
+                _set(launcher, "kind", kind)
+                break
+        for field_name, pattern in _INT_ARGS.items():
+            m = pattern.search(text)
+            if m:
+                _set(launcher, field_name, int(next(g for g in m.groups() if g is not None)))
+        for pattern in _STRATEGY:
+            m = pattern.search(text)
+            if m:
+                strategy = _STRATEGY_CLASS[m.group("cls")] if "cls" in m.groupdict() else m.group("s")
+                _set(launcher, "strategy", strategy.lower())
+                break
+        for pattern in _DEVICES:
+            m = pattern.search(text)
+            if m:
+                groups = m.groupdict()
+                count = int(groups["n"]) if groups.get("n") else len(re.findall(r"\d+", groups["list"]))
+                _set(launcher, "devices_requested", count)
+                break
+        m = _VISIBLE.search(text)
+        if m:
+            visible = [v.strip() for v in m.group("v").split(",")]
+            _set(gpus, "visible", visible)
+            if facts.env.values.get("CUDA_VISIBLE_DEVICES") is None:
+                facts.env.values["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+                facts.env.source = facts.env.source or "log"
+        if _INTERACTIVE.search(text):
+            _set(host, "interactive", True)
+    if launcher.devices_requested is None and launcher.local_world_size is not None:
+        _set(launcher, "devices_requested", launcher.local_world_size)
+
+
+def _from_signatures(facts: Facts) -> None:
+    for sig in facts.log.signatures or []:
+        data = sig.data
+        if sig.id in ("lightning_ddp_init", "lightning_all_registered") and "world_size" in data:
+            _set(facts.launcher, "world_size", int(data["world_size"]))
+        elif sig.id == "lightning_cuda_visible" and data.get("devices", "").strip():
+            _set(facts.gpus, "visible", [d.strip() for d in data["devices"].split(",") if d.strip()])
+        elif sig.id == "nccl_env" and "var" in data:
+            if data["var"] not in facts.env.values:
+                facts.env.values[data["var"]] = data.get("value", "")
+                facts.env.source = facts.env.source or "log"
+        elif sig.id == "nccl_version" and "version" in data:
+            _set(facts.torch, "nccl", data["version"].split("+")[0])
+        elif sig.id == "cuda_arch_incompatible" and "arch" in data and facts.gpus.devices is None:
+            arch = data["arch"][3:]
+            capability = f"{arch[:-1]}.{arch[-1]}" if len(arch) >= 2 else None
+            _set(facts.gpus, "devices", [Gpu(index=0, name=data.get("gpu"), compute_capability=capability)])

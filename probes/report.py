@@ -1,0 +1,593 @@
+"""Read a pasted environment report into a partial ``Facts`` (provenance ``report``).
+
+``parse_report(text, name)`` understands, in any mix and in any order:
+
+* ``python -m torch.utils.collect_env`` (torch 1.0 to today): versions, OS, GPUs, driver,
+  the ``[pip3]`` / ``[conda]`` package lines, the lscpu ``CPU(s):`` count;
+* Lightning's bug-report environment: the ``collect_env_details`` tree (``* CUDA:`` /
+  ``- GPU:`` / ``* Packages:`` / ``* System:``) and the free-form bullets users write
+  (``- PyTorch Version (e.g., 2.0): 2.1``, ``- GPU models and configuration: 4x A100``);
+* ``accelerate env`` and ``transformers-cli env`` bullets, and an accelerate config
+  (``distributed_type``, ``num_processes``, ``num_machines``);
+* DeepSpeed ``ds_report`` (``torch version ....... 2.0.1``, shared memory size);
+* ``nvidia-smi`` (header, device rows, process table), ``nvidia-smi -L``, ``nvidia-smi topo -m``;
+* the headers of nccl-tests and CUDA's ``p2pBandwidthLatencyTest`` (device names,
+  ``CANNOT Access Peer``);
+* ``pip freeze`` lines and ``VAR=value`` lines of allow-listed variables (NCCL_*, CUDA_*, ...).
+
+Anything else is ignored: a value is taken only where its key is known and the value has
+the expected shape (a version where a version belongs), so prose is not misread as a
+fact. Packages stay incomplete (``complete=False``): a package the report does not name
+is unknown, not absent. Nothing here raises on any text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.facts import Facts, Gpu, GpuLink, GpuProcess, canonical_package
+
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)+(?:[\w.+-]*\w)?|\d+(?=\s|$))")
+_BOOL = {"true": True, "yes": True, "false": False, "no": False}
+_NOT_KNOWN = re.compile(r"(?i)^(?:n/?a|none|could not collect|not installed|unknown|-+|\?+)?\s*$")
+
+_FENCE_OR_TAG = re.compile(r"^\s*(?:```.*|~~~.*|</?(?:details|summary|pre|code|br)\b[^>]*>.*)$", re.IGNORECASE)
+_BULLET = re.compile(r"^(?P<indent>[\s>]*)(?:#\s*)?(?:[-*+•]\s+)?")
+_KEY_VALUE = re.compile(r"^(?P<key>[^:]{1,80}?)\s*:\s*(?P<value>.*)$")
+_EXAMPLE = re.compile(r"\(\s*e\.?\s*g\.?[^)]*\)", re.IGNORECASE)
+_GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>GPU-[\w-]+)\))?\s*$")
+_PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
+_FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[\w.+!-]+)\s*$")
+_ENV_NAME = re.compile(
+    r"^(?:NCCL_\w+|CUDA_\w+|TORCH_\w+|PYTORCH_\w+|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|"
+    r"LOCAL_RANK|LOCAL_WORLD_SIZE|NODE_RANK|OMP_NUM_THREADS|SLURM_\w+|GLOO_\w+)$"
+)
+_ENV_LINE = re.compile(r"^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>\S*)\s*$")
+_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+_DOTTED = re.compile(r"^(?P<key>[A-Za-z][^.\[]*?)\s*\.{3,}\s*(?P<value>.+)$")
+
+_SMI_HEADER = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s+(?P<driver>[\d.]+)\s+CUDA Version:\s+(?P<cuda>[\d.]+|N/A)"
+)
+_SMI_ROW = re.compile(
+    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off)\s*\|\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}\.\d)\s+(?:On|Off)\s*\|\s*(?P<ecc>\S+)\s*\|"
+)
+_SMI_USAGE = re.compile(
+    r"^\|\s*\S+\s+(?:\d+C|N/A)\s+(?:P\d+|N/A)\s+.*?\|\s*(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB\s*\|"
+    r"\s*(?:\d+%|N/A)\s+(?P<mode>\S[^|]*?)\s*\|"
+)
+_SMI_MIG = re.compile(r"^\|\s*\|\s*\|\s*(?P<mig>Disabled|Enabled|N/A)\s*\|\s*$")
+_SMI_PROCESS = re.compile(
+    r"^\|\s+(?P<gpu>\d+)\s+(?:\S+\s+\S+\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|C|G|M\+C|M)\s+(?P<name>.+?)\s+"
+    r"(?:(?P<mem>\d+)MiB|N/A)\s*\|$"
+)
+_SMI_NO_PROCESSES = re.compile(r"No running processes found")
+_TOPO_HEADER = re.compile(r"^\s*(?P<cols>(?:GPU\d+\s+)+)")
+_TOPO_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\s+)+)")
+_P2P_DEVICE = re.compile(
+    r"^Device: (?P<index>\d+), (?P<name>.+?), pciBusID: (?P<bus>\w+), pciDeviceID: \w+, pciDomainID:\s*(?P<domain>\w+)"
+)
+_P2P_ACCESS = re.compile(r"^Device=(?P<a>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<b>\d+)")
+_NCCL_TESTS_RANK = re.compile(
+    r"^#\s+Rank\s+\d+(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+(?P<index>\d+)\s+"
+    r"\[(?P<bus>[^\]]+)\]\s+(?P<name>.+?)\s*$"
+)
+_GPU_WORDS = re.compile(
+    r"(?i)nvidia|geforce|rtx|gtx|tesla|quadro|titan|radeon|instinct|\b(?:[AHLVKPTB]\d{1,3}|A\d{4}|MI\d{3}|"
+    r"GH\d{3}|GB\d{3})\b"
+)
+_GPU_COUNT = re.compile(
+    r"(?i)^(?:(?P<pre>\d+)\s*(?:[x×*]\s*|gpus?\s+(?:of\s+)?)?(?=\D)|(?P<word>single|one|dual|two|quad|four|eight)\s+)?"
+    r"(?P<name>.+?)(?:\s*(?:[x×*]\s*(?P<post>\d+)|\((?P<paren>\d+)\)))?\s*(?:gpus?|cards?)?$"
+)
+_WORD_COUNTS = {"single": 1, "one": 1, "dual": 2, "two": 2, "quad": 4, "four": 4, "eight": 8}
+_ACCELERATE_STRATEGY = {"MULTI_GPU": "ddp", "DEEPSPEED": "deepspeed", "FSDP": "fsdp", "NO": None}
+
+
+def _version(value: str) -> str | None:
+    value = value.strip().strip("`'\"")
+    m = _VERSION.match(value)
+    return m.group(1) if m else None
+
+
+def _bool(value: str) -> bool | None:
+    word = value.strip().strip("`'\"").split(" ")[0].lower() if value.strip() else ""
+    return _BOOL.get(word)
+
+
+def _size_gib(value: str) -> int | None:
+    m = re.match(r"\s*(\d+(?:\.\d+)?)\s*(GB|GiB|MB|MiB|TB|TiB)\b", value)
+    if not m:
+        return None
+    factor = {"MB": 2**20, "MIB": 2**20, "GB": 2**30, "GIB": 2**30, "TB": 2**40, "TIB": 2**40}[m.group(2).upper()]
+    return int(float(m.group(1)) * factor)
+
+
+def _platform(text: str) -> str | None:
+    low = text.lower()
+    if low.startswith("linux") or any(w in low for w in ("ubuntu", "debian", "centos", "red hat", "rhel",
+                                                          "fedora", "rocky", "almalinux", "suse", "arch linux")):
+        return "linux"
+    if "windows" in low or low.startswith("win"):
+        return "win32"
+    if low.startswith(("darwin", "macos", "mac os", "osx")):
+        return "darwin"
+    return None
+
+
+@dataclass
+class _Found:
+    host: dict[str, Any] = field(default_factory=dict)
+    torch: dict[str, Any] = field(default_factory=dict)
+    driver: dict[str, Any] = field(default_factory=dict)
+    launcher: dict[str, Any] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    devices: dict[int, dict[str, Any]] = field(default_factory=dict)
+    gpu_count: int | None = None
+    named_gpus: list[str] = field(default_factory=list)  # models without indices (free-form)
+    links: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+
+    def set(self, section: dict[str, Any], key: str, value: Any) -> None:
+        """First statement wins: reports repeat facts, and the first is the most specific."""
+        if value is not None and key not in section:
+            section[key] = value
+
+    def device(self, index: int, **values: Any) -> None:
+        entry = self.devices.setdefault(index, {})
+        for key, value in values.items():
+            if value is not None and key not in entry:
+                entry[key] = value
+
+    def package(self, name: str, version: str | None) -> None:
+        if version and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+            self.packages.setdefault(canonical_package(name), version)
+
+
+class _Parser:
+    def __init__(self) -> None:
+        self.found = _Found()
+        self.section = ""  # Lightning's "* CUDA:" headings
+        self.soft_section = False  # a section that a blank line ends
+        self.list_key: str | None = None  # a "- GPU:" key whose items follow
+        self.topo_cols: list[int] | None = None
+        self.smi_index: int | None = None
+        self.smi_devices: list[int] = []
+        self.in_processes = False
+        self.nccl_tests_host: str | None = None
+
+    def line(self, raw: str) -> None:
+        raw = raw.replace("\t", "    ").rstrip()
+        if not raw.strip():
+            self.list_key = None
+            if self.soft_section:
+                self.section, self.soft_section = "", False
+            return
+        if _FENCE_OR_TAG.match(raw):
+            return
+        if raw.lstrip().startswith("|") or raw.lstrip().startswith("+"):
+            self.smi(raw.strip())
+            return
+        self.in_processes = False
+        stripped = raw.strip()
+        for handler in (self.tables, self.simple_lines):
+            if handler(stripped):
+                return
+        bullet = _BULLET.match(raw)
+        body = raw[bullet.end():].strip() if bullet else stripped
+        is_bullet = bool(bullet and raw[: bullet.end()].strip(" >#"))
+        heading = re.match(r"^\*\s+(?P<name>[A-Za-z][\w ]*):\s*$", stripped)
+        if heading:
+            self.section, self.list_key = heading.group("name").strip().lower(), None
+            self.soft_section = False
+            return
+        if self.list_key and is_bullet and ":" not in body:
+            self.list_item(body)
+            return
+        dotted = _DOTTED.match(stripped)
+        if dotted:
+            self.key_value(dotted.group("key"), dotted.group("value"))
+            return
+        kv = _KEY_VALUE.match(body)
+        if kv:
+            self.key_value(kv.group("key"), kv.group("value"))
+
+    # --- whole-line formats ---------------------------------------------------------------
+
+    def tables(self, line: str) -> bool:
+        f = self.found
+        m = _P2P_DEVICE.match(line)
+        if m:
+            f.device(int(m.group("index")), name=m.group("name").strip(),
+                     pci_bus_id=f"{int(m.group('domain'), 16):08X}:{int(m.group('bus'), 16):02X}:00.0"
+                     if _is_hex(m.group("domain")) and _is_hex(m.group("bus")) else None)
+            return True
+        m = _P2P_ACCESS.match(line)
+        if m:
+            a, b = int(m.group("a")), int(m.group("b"))
+            status = "ok" if m.group("can") == "CAN" else "not_supported"
+            link = f.links.setdefault((min(a, b), max(a, b)), {})
+            # either direction failing makes the pair unusable for P2P
+            if link.get("p2p_read") != "not_supported":
+                link["p2p_read"] = link["p2p_write"] = status
+            return True
+        m = _NCCL_TESTS_RANK.match(line)
+        if m:
+            host = m.group("host")
+            self.nccl_tests_host = self.nccl_tests_host or host
+            if host == self.nccl_tests_host:
+                f.device(int(m.group("index")), name=m.group("name"))
+            return True
+        header = _TOPO_HEADER.match(line)
+        if header and re.match(r"^GPU0\s+GPU1\b", line):
+            self.topo_cols = [int(c[3:]) for c in header.group("cols").split()]
+            return True
+        m = _TOPO_ROW.match(line)
+        if m and self.topo_cols is not None:
+            a = int(m.group("index"))
+            for b, cell in zip(self.topo_cols, m.group("cells").split()):
+                if a < b and cell != "X":
+                    link = f.links.setdefault((a, b), {})
+                    nv = re.match(r"NV(\d+)", cell)
+                    link.setdefault("common_ancestor", "NVLINK" if nv else ("PHB" if cell == "SOC" else cell))
+                    if nv:
+                        link.setdefault("nvlinks", int(nv.group(1)))
+            return True
+        return False
+
+    def simple_lines(self, line: str) -> bool:
+        f = self.found
+        m = _GPU_LINE.match(line)
+        if m:
+            f.device(int(m.group("index")), name=m.group("name").strip(), uuid=m.group("uuid"))
+            return True
+        m = _PIP_LINE.match(line)
+        if m:
+            rest = m.group("rest").strip()
+            if m.group("tool").startswith("pip"):
+                freeze = _FREEZE.match(rest)
+                if freeze:
+                    f.package(freeze.group("name"), freeze.group("version"))
+            else:
+                parts = rest.split()
+                if len(parts) >= 2 and _version(parts[1]):
+                    # conda's "pytorch" is torch; the pip name is what rules use
+                    name = "torch" if parts[0] == "pytorch" else parts[0]
+                    f.package(name, parts[1])
+            return True
+        m = _FREEZE.match(line)
+        if m:
+            f.package(m.group("name"), m.group("version"))
+            return True
+        m = _ENV_LINE.match(line)
+        if m and _ENV_NAME.match(m.group("name")) and not _SECRET.search(m.group("name")):
+            f.env.setdefault(m.group("name"), m.group("value").strip("'\""))
+            return True
+        return False
+
+    def smi(self, line: str) -> None:
+        f = self.found
+        m = _SMI_HEADER.search(line)
+        if m:
+            f.set(f.driver, "version", m.group("driver"))
+            if m.group("cuda") != "N/A":
+                f.set(f.driver, "cuda_version", m.group("cuda"))
+            return
+        if "Processes:" in line:
+            self.in_processes = True
+            return
+        if self.in_processes:
+            m = _SMI_PROCESS.match(line)
+            if m:
+                gpu = int(m.group("gpu"))
+                entry = f.devices.setdefault(gpu, {})
+                procs = entry.setdefault("processes", [])
+                mem = m.group("mem")
+                procs.append(GpuProcess(pid=int(m.group("pid")), used_memory_mib=float(mem) if mem else None,
+                                        cmdline=m.group("name").strip()))
+            elif _SMI_NO_PROCESSES.search(line):
+                for index in self.smi_devices:
+                    f.devices.setdefault(index, {}).setdefault("processes", [])
+            return
+        m = _SMI_ROW.match(line)
+        if m:
+            index = int(m.group("index"))
+            self.smi_index = index
+            self.smi_devices.append(index)
+            ecc = m.group("ecc")
+            f.device(index, name=m.group("name").rstrip(". ").strip() or None,
+                     persistence_mode=m.group("persist") == "On", pci_bus_id=m.group("bus"),
+                     ecc_errors=int(ecc) if ecc.isdigit() else None)
+            return
+        m = _SMI_USAGE.match(line)
+        if m and self.smi_index is not None:
+            f.device(self.smi_index, memory_used_mib=float(m.group("used")),
+                     memory_total_mib=float(m.group("total")), compute_mode=m.group("mode").strip())
+            return
+        m = _SMI_MIG.match(line)
+        if m and self.smi_index is not None and m.group("mig") != "N/A":
+            f.device(self.smi_index, mig_mode=m.group("mig") == "Enabled")
+            self.smi_index = None
+
+    # --- key: value -------------------------------------------------------------------------
+
+    def list_item(self, item: str) -> None:
+        if self.list_key == "gpu":
+            name = item.strip().strip("`")
+            if _GPU_WORDS.search(name):
+                index = len([d for d in self.found.devices.values() if d.get("_listed")])
+                self.found.device(index, name=name, _listed=True)
+
+    def key_value(self, key: str, value: str) -> None:
+        f = self.found
+        key_norm = _EXAMPLE.sub("", key).replace("`", "").strip(" #*-").lower()
+        key_norm = re.sub(r"\s+", " ", key_norm)
+        gpu_flag = "(gpu?)" in key_norm
+        key_norm = re.sub(r"\s*\([^)]*\)\s*$", "", key_norm).strip()
+        value = value.strip()
+        self.list_key = None
+        if not value:
+            if key_norm in ("gpu", "gpus"):
+                self.list_key = "gpu"
+            elif re.search(r"version|package|librar|dependenc", key_norm) and not self.section:
+                # "Library versions:" followed by "name: version" lines, up to a blank line
+                self.section, self.soft_section = "packages", True
+            return
+        if _NOT_KNOWN.match(value):
+            if key_norm == "cuda used to build pytorch" and value.lower() == "none":
+                f.set(f.torch, "cuda_build", False)
+            return
+        section = self.section
+        handler = _KEYS.get(key_norm)
+        if section in ("packages", "lightning") and handler is None:
+            f.package(key_norm.replace(" ", "-"), _version(value))
+            return
+        if section == "cuda" and key_norm == "version":
+            f.set(f.torch, "cuda", _version(value))
+            f.set(f.torch, "cuda_build", True)
+            return
+        if section == "cuda" and key_norm == "available":
+            f.set(f.torch, "cuda_available", _bool(value))
+            return
+        if section == "system" and key_norm in ("version", "architecture", "processor"):
+            return
+        if section == "system" and key_norm == "release":
+            f.set(f.host, "kernel", value)
+            return
+        if handler is not None:
+            handler(self, value, gpu_flag)
+            return
+        m = re.match(r"^([A-Za-z][\w.-]*) version$", key_norm)
+        if m and m.group(1) not in ("os", "cuda", "cudnn", "gcc", "clang", "cmake", "libc", "nvcc", "driver"):
+            f.package(m.group(1), _version(value))
+
+
+def _is_hex(text: str) -> bool:
+    return bool(re.fullmatch(r"[0-9A-Fa-f]+", text))
+
+
+# --- the known keys ---------------------------------------------------------------------------
+
+
+def _torch_version(p: _Parser, value: str, gpu_flag: bool) -> None:
+    f = p.found
+    version = _version(value)
+    if not version:
+        return
+    f.set(f.torch, "version", version)
+    f.package("torch", version)
+    local = re.search(r"\+cu(\d+?)(\d)$", version)
+    if local:
+        f.set(f.torch, "cuda", f"{int(local.group(1))}.{local.group(2)}")
+        f.set(f.torch, "cuda_build", True)
+    elif version.endswith("+cpu"):
+        f.set(f.torch, "cuda_build", False)
+    if gpu_flag:
+        m = re.search(r"\((True|False)\)", value)
+        if m:
+            f.set(f.torch, "cuda_available", m.group(1) == "True")
+
+
+def _python(p: _Parser, value: str, _: bool) -> None:
+    p.found.set(p.found.host, "python", _version(value))
+
+
+def _os(p: _Parser, value: str, _: bool) -> None:
+    f = p.found
+    if _platform(value) or p.section == "system":
+        f.set(f.host, "os", value)
+        f.set(f.host, "platform", _platform(value))
+
+
+def _python_platform(p: _Parser, value: str, _: bool) -> None:
+    f = p.found
+    platform = _platform(value)
+    if platform is None:
+        return
+    f.set(f.host, "platform", platform)
+    m = re.match(r"(?i)linux-(?P<kernel>\d[^-]*(?:-[^-]*?)*?)-(?:x86_64|aarch64|ppc64le|arm64)", value)
+    if m:
+        f.set(f.host, "kernel", m.group("kernel"))
+
+
+def _cuda_available(p: _Parser, value: str, _: bool) -> None:
+    p.found.set(p.found.torch, "cuda_available", _bool(value))
+
+
+def _cuda_build(p: _Parser, value: str, _: bool) -> None:
+    f = p.found
+    version = _version(value)
+    if version:
+        f.set(f.torch, "cuda", version)
+        f.set(f.torch, "cuda_build", True)
+
+
+def _hip(p: _Parser, value: str, _: bool) -> None:
+    p.found.set(p.found.torch, "hip", _version(value))
+
+
+def _driver(p: _Parser, value: str, _: bool) -> None:
+    p.found.set(p.found.driver, "version", _version(value))
+
+
+def _gpus(p: _Parser, value: str, _: bool) -> None:
+    """A free-form GPU description: "4x A100", "2 x RTX 3090, 1 x RTX 2080", "Tesla V100"."""
+    f = p.found
+    total = 0
+    counted = True
+    names: list[str] = []
+    m = _GPU_LINE.match(value)
+    if m:
+        f.device(int(m.group("index")), name=m.group("name").strip(), uuid=m.group("uuid"))
+        return
+    for part in re.split(r"\s*(?:,|;|\+|&|\band\b)\s*", value):
+        part = part.strip().strip("`")
+        if not part or not _GPU_WORDS.search(part):
+            continue
+        c = _GPU_COUNT.match(part)
+        if not c:
+            continue
+        count_text = c.group("pre") or c.group("post") or c.group("paren")
+        count = int(count_text) if count_text else _WORD_COUNTS.get((c.group("word") or "").lower())
+        name = c.group("name").strip()
+        if not name or not _GPU_WORDS.search(name) or (count is not None and not 0 < count <= 1024):
+            continue
+        if count is None:
+            counted = False
+            count = 1
+        names.extend([name] * count)
+        total += count
+    if names:
+        f.named_gpus.extend(names)
+        if counted and f.gpu_count is None:
+            f.gpu_count = total
+
+
+def _cpus(p: _Parser, value: str, _: bool) -> None:
+    if value.strip().isdigit():
+        p.found.set(p.found.host, "cpu_count", int(value.strip()))
+
+
+def _ram(p: _Parser, value: str, _: bool) -> None:
+    p.found.set(p.found.host, "memory_total_bytes", _size_gib(value))
+
+
+def _shm(p: _Parser, value: str, _: bool) -> None:
+    p.found.set(p.found.host, "shm_total_bytes", _size_gib(value))
+
+
+def _deepspeed_info(p: _Parser, value: str, _: bool) -> None:
+    p.found.package("deepspeed", _version(value))
+
+
+def _lightning(p: _Parser, value: str, _: bool) -> None:
+    p.found.package("lightning", _version(value))
+
+
+def _pytorch_lightning(p: _Parser, value: str, _: bool) -> None:
+    p.found.package("pytorch-lightning", _version(value))
+
+
+def _distributed_type(p: _Parser, value: str, _: bool) -> None:
+    kind = value.strip().strip("'\"").upper()
+    if kind in _ACCELERATE_STRATEGY:
+        p.found.set(p.found.launcher, "strategy", _ACCELERATE_STRATEGY[kind])
+
+
+def _num_processes(p: _Parser, value: str, _: bool) -> None:
+    if value.strip().isdigit():
+        p.found.set(p.found.launcher, "world_size", int(value.strip()))
+
+
+def _num_machines(p: _Parser, value: str, _: bool) -> None:
+    if value.strip().isdigit():
+        p.found.set(p.found.launcher, "nnodes", int(value.strip()))
+
+
+_KEYS = {
+    **dict.fromkeys(
+        ["pytorch version", "torch version", "pytorch", "torch", "pytorch_version", "torch_version"],
+        _torch_version,
+    ),
+    **dict.fromkeys(["python version", "python"], _python),
+    **dict.fromkeys(["os", "operating system"], _os),
+    **dict.fromkeys(["python platform", "platform"], _python_platform),
+    **dict.fromkeys(["is cuda available", "cuda available"], _cuda_available),
+    "cuda used to build pytorch": _cuda_build,
+    "torch cuda version": _cuda_build,
+    "rocm used to build pytorch": _hip,
+    **dict.fromkeys(["nvidia driver version", "driver version", "nvidia driver"], _driver),
+    **dict.fromkeys(
+        ["gpu models and configuration", "gpu models", "gpu model", "gpu type", "gpu", "gpus",
+         "gpu model and configuration"],
+        _gpus,
+    ),
+    "cpu(s)": _cpus,
+    "system ram": _ram,
+    "shared memory size": _shm,
+    "shared memory (/dev/shm) size": _shm,
+    "deepspeed info": _deepspeed_info,
+    **dict.fromkeys(["lightning version", "lightning"], _lightning),
+    **dict.fromkeys(
+        ["pytorch lightning version", "pytorch_lightning version", "pytorch-lightning version",
+         "pytorch lightning", "pytorch_lightning", "pytorch-lightning", "pl version"],
+        _pytorch_lightning,
+    ),
+    "distributed_type": _distributed_type,
+    "num_processes": _num_processes,
+    "num_machines": _num_machines,
+}
+
+
+# --- assembling the Facts ---------------------------------------------------------------------
+
+
+def _gpu_section(f: _Found) -> dict[str, Any]:
+    devices: list[Gpu] = []
+    indexed = {i: d for i, d in f.devices.items() if any(k for k in d if not k.startswith("_") and k != "processes")}
+    if indexed:
+        for index in sorted(indexed):
+            values = {k: v for k, v in f.devices[index].items() if not k.startswith("_")}
+            devices.append(Gpu(index=index, **values))
+    elif f.named_gpus:
+        devices = [Gpu(index=i, name=name) for i, name in enumerate(f.named_gpus)]
+    out: dict[str, Any] = {}
+    if devices:
+        out["devices"] = devices
+    if indexed:
+        out["count"] = len(indexed)
+    elif f.gpu_count is not None:
+        out["count"] = f.gpu_count
+    if f.links:
+        out["topology"] = [GpuLink(a=a, b=b, **values) for (a, b), values in sorted(f.links.items())]
+    visible = f.env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip():
+        out["visible"] = [v.strip() for v in visible.split(",") if v.strip()]
+    return out
+
+
+def parse_report(text: str, name: str = "report") -> Facts:
+    """A partial Facts from a pasted environment report; unknown text is ignored."""
+    parser = _Parser()
+    for raw in str(text).splitlines():
+        parser.line(raw[:4096])
+    f = parser.found
+    facts = Facts(inputs=[f"report:{name}"])
+    sections = {
+        "host": f.host,
+        "torch": f.torch,
+        "driver": f.driver,
+        "launcher": f.launcher,
+        "gpus": _gpu_section(f),
+    }
+    for section, values in sections.items():
+        if values:
+            setattr(facts, section, type(getattr(facts, section))(source="report", **values))
+    if f.packages:
+        facts.packages = type(facts.packages)(source="report", values=f.packages, complete=False)
+    if f.env:
+        facts.env = type(facts.env)(source="report", values=f.env, complete=False)
+    return facts
