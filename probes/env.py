@@ -73,9 +73,10 @@ def looks_secret(value: str) -> bool:
 
 def _mixed(token: str) -> bool:
     # 32 hex digits or a long all-lowercase word are ids and names, not keys; a key mixes
-    # letters of both cases with digits.
+    # letters of both cases with digits. An absolute path mixes them too, and is no key.
     return (
-        any(c.isdigit() for c in token)
+        not token.startswith("/")
+        and any(c.isdigit() for c in token)
         and any(c.islower() for c in token)
         and any(c.isupper() for c in token)
     )

@@ -208,12 +208,17 @@ def _topology(nvml: Any, ask: _Asker, devices: list[Gpu], handles: list[Any]) ->
 
 
 def _nvlink_pairs(nvml: Any, devices: list[Gpu], handles: list[Any]) -> dict[tuple[int, int], int]:
-    """Active NVLink links between each pair, found by the PCI address at each link's far end.
+    """Active NVLink links between each pair of devices, as ``nvidia-smi topo -m`` counts them.
 
-    A GPU without NVLink answers NotSupported on link 0; that is "no links", not a gap.
+    A link ends at another GPU (a bridge) or at an NVSwitch (HGX/DGX boards). Two GPUs
+    on the switch fabric reach each other over all their switch links, so a pair counts
+    its direct links plus the smaller of the two switch-link counts. A far end that is
+    none of our GPUs counts as a switch: in a VM the switches are often invisible. A GPU
+    without NVLink answers NotSupported on link 0; that is "no links", not a gap.
     """
     by_bus = {d.pci_bus_id.lower(): d.index for d in devices if d.pci_bus_id}
-    pairs: dict[tuple[int, int], int] = {}
+    direct: dict[tuple[int, int], int] = {}
+    to_switch: dict[int, int] = {}
     for device, handle in zip(devices, handles):
         for link in range(nvml.NVML_NVLINK_MAX_LINKS):
             try:
@@ -222,7 +227,12 @@ def _nvlink_pairs(nvml: Any, devices: list[Gpu], handles: list[Any]) -> dict[tup
                 remote = _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
             except nvml.NVMLError:
                 break  # past this device's last link
-            other = by_bus.get((remote or "").lower())
-            if other is not None and other > device.index:
-                pairs[(device.index, other)] = pairs.get((device.index, other), 0) + 1
+            peer = by_bus.get((remote or "").lower())
+            if peer is None:
+                to_switch[device.index] = to_switch.get(device.index, 0) + 1
+            elif peer > device.index:  # each link is seen from both ends; count it once
+                direct[(device.index, peer)] = direct.get((device.index, peer), 0) + 1
+    pairs = dict(direct)
+    for a, b in combinations(sorted(to_switch), 2):
+        pairs[(a, b)] = pairs.get((a, b), 0) + min(to_switch[a], to_switch[b])
     return pairs

@@ -56,7 +56,25 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    psutil.wait_procs(procs, timeout=_DRAIN_S)
+    # A killed grandchild stays a zombie until its new parent reaps it, and not every
+    # container's pid 1 does; a zombie holds no memory, GPU or port, so it counts as gone.
+    deadline = time.monotonic() + _DRAIN_S
+    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        proc.wait(timeout=0)  # reaps it when it is our own child
+        return False
+    except psutil.TimeoutExpired:
+        pass
+    except psutil.NoSuchProcess:
+        return False
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> Result:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -132,5 +133,11 @@ def _why(result: runner.Result, stage: str, timeout: float) -> str:
         return f"could not start the torch child: {result.error}"
     if result.timed_out:
         return f"torch {stage} timed out after {timeout:g} s (killed)"
-    last = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+    code = result.returncode
+    if code is not None and code < 0:
+        try:
+            return f"torch {stage} crashed: killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"torch {stage} crashed: killed by signal {-code}"
+    last = (result.stderr.strip().splitlines() or [f"exit status {code}"])[-1]
     return f"torch {stage} failed: {last}"

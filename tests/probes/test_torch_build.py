@@ -1,0 +1,84 @@
+"""probes.torch_build: the real child on this machine's CPU torch, and stand-in interpreters
+(tests/fixtures/probes/fake_python.py) that hang or crash in CUDA init like a broken driver."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from probes import runner, torch_build
+from tests.probes.test_runner import leftovers
+
+FAKE = Path(__file__).parents[1] / "fixtures" / "probes" / "fake_python.py"
+
+
+def fake(mode: str, marker: str = "-") -> tuple[str, ...]:
+    return (sys.executable, str(FAKE), mode, marker)
+
+
+def test_this_machines_cpu_build() -> None:
+    facts = torch_build.probe(timeout=60)
+    assert facts.version == "2.13.0+cpu"
+    assert facts.cuda_build is False and facts.cuda is None and facts.nccl is None
+    assert facts.cuda_available is False and facts.device_count == 0
+    assert "gloo" in facts.backends and "nccl" not in facts.backends
+    assert facts.init_error is None and facts.unavailable == {}
+
+
+def test_a_hanging_cuda_init_times_out_keeps_the_build_and_leaves_nothing() -> None:
+    marker = f"diagnose-test-{uuid.uuid4()}"
+    start = time.monotonic()
+    facts = torch_build.probe(timeout=2, python=fake("stall", marker))
+    assert time.monotonic() - start < 10
+    assert facts.init_error == "torch CUDA init timed out after 2 s (killed)"
+    assert facts.unavailable["cuda_available"] == facts.init_error
+    assert facts.cuda_available is None and facts.device_count is None
+    # what the child said before it hung
+    assert (facts.version, facts.cuda, facts.cudnn, facts.nccl) == ("2.4.0+cu121", "12.1", "9.1.0", "2.20.5")
+    assert facts.cuda_build is True and facts.backends == ["nccl", "gloo", "mpi"]
+    assert "sm_90" in facts.arch_list
+    assert leftovers(marker) == []
+
+
+def test_a_crash_in_cuda_init() -> None:
+    facts = torch_build.probe(timeout=20, python=fake("crash"))
+    assert facts.init_error == "torch CUDA init crashed: killed by SIGSEGV"
+    assert facts.version == "2.4.0+cu121"
+
+
+def test_a_torch_that_cannot_import() -> None:
+    facts = torch_build.probe(timeout=20, python=fake("before"))
+    reason = "torch importing torch failed: ImportError: libcudart.so.12: cannot open shared object file"
+    assert facts.init_error == reason
+    assert facts.version is None and facts.unavailable["version"] == reason
+
+
+def test_the_child_cannot_start() -> None:
+    facts = torch_build.probe(python=("/no/such/python",))
+    assert facts.init_error == "could not start the torch child: not found: /no/such/python"
+
+
+# a CUDA build's two stages, then a third line cut short by a kill; cuDNN in its old
+# numbering (8902 is 8.9.2)
+CANNED = (
+    torch_build.MARK
+    + '{"stage": "build", "version": "2.1.2+cu118", "cuda": "11.8", "hip": null, "cudnn": 8902,'
+    ' "nccl": [2, 18, 1], "arch_list": ["sm_86"], "backends": ["nccl", "gloo"]}\n'
+    + torch_build.MARK
+    + '{"stage": "cuda", "cuda_available": true, "device_count": 4}\n'
+    + torch_build.MARK
+    + '{"stage": "cu'
+)
+
+
+def test_canned_runner_output() -> None:
+    def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
+        assert argv[1] == "-c" and timeout == 5
+        return runner.Result(tuple(argv), 0, CANNED, "", 0.1)
+
+    facts = torch_build.probe(run, 5)
+    assert (facts.cudnn, facts.nccl, facts.device_count, facts.cuda_available) == ("8.9.2", "2.18.1", 4, True)
+    assert facts.cuda_build is True and facts.arch_list == ["sm_86"]
+    assert facts.init_error is None and facts.unavailable == {}
