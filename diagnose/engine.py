@@ -217,7 +217,8 @@ def _describe(check: Any) -> tuple[str, str, str]:
         operand = check.operand
         symbol = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(check.op)
         if symbol:
-            return "fact", check.fact, f"{symbol} {operand!r}" if isinstance(operand, str) else f"{symbol} {operand}"
+            shown = f"{operand:g}" if isinstance(operand, float) else repr(operand) if isinstance(operand, str) else operand
+            return "fact", check.fact, f"{symbol} {shown}"
         if check.op == "exists":
             return "fact", check.fact, "present" if operand else "absent"
         if check.op == "version":

@@ -122,8 +122,9 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
             console.print(Padding(Syntax(fix.snippet.rstrip(), fix.language, theme="ansi_dark", word_wrap=True), (0, 0, 0, 5)))
         if len(finding.fixes) > 1:
             console.print(Padding(f"[dim]+{len(finding.fixes) - 1} more fix(es) in --format markdown/json[/]", (0, 0, 0, 3)))
-        if finding.references:
-            console.print(Padding(f"[dim]See {escape(finding.references[0])}[/]", (0, 0, 0, 3)))
+        urls = [ref for ref in finding.references if ref.startswith("http")]
+        if urls:
+            console.print(Padding(f"[dim]See {escape(urls[0])}[/]", (0, 0, 0, 3)))
 
     console.print()
     console.print(
@@ -136,7 +137,8 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
         console.print(f"[dim]Skipped {escape(skip.what)}: {escape(skip.reason)}[/]")
     for error in report.probe_errors:
         console.print(f"[yellow]Probe error[/] {escape(error.probe)}: {escape(error.message)}")
-    return buffer.getvalue()
+    # rich pads every line to the width; trailing blanks only get in the way of a paste
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
 # --- markdown -------------------------------------------------------------------------------------
@@ -166,7 +168,8 @@ def render_markdown(report: Report) -> str:
         ]
         for item in finding.evidence:
             mark = {"fired": "✅", "not_fired": "—", "unknown": "?"}[item.state]
-            out.append(f"| `{_md(item.what)}` | {_md(_value(item.observed))} | {_md(item.expected)} | {mark} |")
+            what = _md(item.label) if item.label else f"`{_md(item.what)}`"
+            out.append(f"| {what} | {_md(_value(item.observed))} | {_md(item.expected)} | {mark} |")
         lines = [line for item in fired(finding) for line in item.lines]
         if lines:
             out += ["", "<details><summary>log lines</summary>", "", "```"] + lines + ["```", "</details>"]

@@ -1,0 +1,108 @@
+"""Benchmark: the whole KB against 10,000 varied snapshots, and how the cost grows with rules.
+
+    python bench/engine.py [--snapshots N]
+
+Prints time per snapshot and per rule for the shipped KB, then for the KB repeated 2x and 4x
+(renamed copies) to show linear growth. Target: well under 1 ms per snapshot for the whole KB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from diagnose.engine import evaluate  # noqa: E402
+from diagnose.kb import KB, load_kb  # noqa: E402
+from probes.facts import (  # noqa: E402
+    Facts,
+    Gpu,
+    GpuProcess,
+    Gpus,
+    Hang,
+    Log,
+    LogLine,
+    MicroTest,
+    MicroTests,
+    RankStack,
+)
+
+GPU_MODELS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB"]
+PACKAGES = {"torch": ["1.13.1", "2.1.2", "2.4.0", "2.6.0"], "lightning": ["2.0.9", "2.4.0", "2.5.1"], "deepspeed": ["0.9.5", "0.14.2"], "accelerate": ["0.21.0", "1.2.0"], "bitsandbytes": ["0.41.1"]}
+LOG_POOL = [
+    "Epoch 0: 100%|██████████| 500/500 [01:10<00:00, loss=0.41]",
+    "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000",
+    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1727, unhandled system error",
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0!",
+    "[rank1]:[E ProcessGroupNCCL.cpp:563] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE)",
+    "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+]
+
+
+def random_facts(rng: random.Random) -> Facts:
+    count = rng.choice([0, 1, 2, 4, 8])
+    devices = [
+        Gpu(index=i, name=rng.choice(GPU_MODELS[:2]) if rng.random() < 0.8 else rng.choice(GPU_MODELS), processes=[GpuProcess(pid=100 + i)] * rng.choice([1, 1, 2]))
+        for i in range(count)
+    ]
+    facts = Facts(gpus=Gpus(count=count, devices=devices or None, visible=[str(rng.choice(range(max(count, 1)))) for _ in range(count)] or None))
+    facts.packages.complete = True
+    for name, versions in PACKAGES.items():
+        if rng.random() < 0.7:
+            facts.packages.values[name] = rng.choice(versions)
+    facts.env.complete = True
+    if rng.random() < 0.3:
+        facts.env.values["NCCL_P2P_DISABLE"] = "1"
+    facts.host.shm_total_bytes = rng.choice([64 * 2**20, 16 * 2**30])
+    if rng.random() < 0.5:
+        facts.log = Log(lines=[LogLine(no=i + 1, text=rng.choice(LOG_POOL)) for i in range(rng.randint(1, 40))], signatures=[])
+    if rng.random() < 0.5:
+        facts.microtests = MicroTests(barrier=MicroTest(status=rng.choice(["passed", "timed_out"])), all_reduce=MicroTest(status="passed", measurements={"busbw_gbps_max": rng.uniform(1, 200)}))
+    if rng.random() < 0.2:
+        facts.hang = Hang(detected=True, ranks=[RankStack(rank=r, waiting_in=rng.choice(["barrier", "all_reduce", "load"])) for r in range(2)])
+    return facts
+
+
+def replicate(kb: KB, times: int) -> KB:
+    rules = [r.model_copy(update={"id": f"{r.id}-{i}" if i else r.id}) for i in range(times) for r in kb.rules]
+    return KB(rules=rules, sources=kb.sources)
+
+
+def measure(kb: KB, snapshots: list[Facts]) -> float:
+    evaluate(snapshots[0], kb)  # warm caches (compiled regexes, descriptions)
+    start = time.perf_counter()
+    for facts in snapshots:
+        evaluate(facts, kb)
+    return (time.perf_counter() - start) / len(snapshots)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--snapshots", type=int, default=10_000)
+    args = parser.parse_args()
+    rng = random.Random(1234)
+    snapshots = [random_facts(rng) for _ in range(args.snapshots)]
+    kb = load_kb()
+    table = Table(title=f"engine: {args.snapshots} varied snapshots")
+    for column in ("KB", "rules", "per snapshot", "per rule", "vs 1x"):
+        table.add_column(column, justify="right")
+    base = None
+    for times in (1, 2, 4):
+        big = replicate(kb, times)
+        per_snapshot = measure(big, snapshots if times == 1 else snapshots[: max(1, args.snapshots // times)])
+        base = base or per_snapshot
+        table.add_row(f"shipped x{times}", str(len(big.rules)), f"{per_snapshot * 1e3:.3f} ms", f"{per_snapshot / len(big.rules) * 1e6:.1f} µs", f"{per_snapshot / base:.2f}x")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
