@@ -240,6 +240,13 @@ class Fix(_Strict):
     language: str = "python"
     snippet: str
 
+    @field_validator("title")
+    @classmethod
+    def _plain_title(cls, value: str) -> str:
+        if "{{" in value or "{%" in value:
+            raise ValueError("a fix title is plain text; put template expressions in the snippet")
+        return value
+
     @field_validator("snippet")
     @classmethod
     def _template(cls, value: str) -> str:
