@@ -256,12 +256,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from diagnose.kb import KBError
     from probes.facts import SnapshotError
+    from probes.log import LogError
 
     try:
         if argv and argv[0] in COMMANDS:
             return int(COMMANDS[argv[0]](argv[1:]))
         return int(cmd_diagnose(argv))
-    except (UsageError, KBError, SnapshotError) as exc:
+    except (UsageError, KBError, SnapshotError, LogError) as exc:
         print(f"diagnose: error: {exc}", file=sys.stderr)
         return Exit.USAGE
     except KeyboardInterrupt:

@@ -68,6 +68,22 @@ def test_corrupt_snapshot_exit_2_one_line(tmp_path, content, needle):
     assert str(path) in line and needle in line
 
 
+def test_binary_log_exit_2_one_line(tmp_path):
+    path = tmp_path / "core.bin"
+    path.write_bytes(bytes(range(256)) * 64)
+    proc = run("--json", "--log", str(path))
+    assert proc.returncode == Exit.USAGE and proc.stdout == ""
+    assert str(path) in one_error_line(proc)
+
+
+def test_offline_log_from_stdin():
+    log = "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\n"
+    proc = run("--json", "--log", "-", stdin=log)
+    report = json.loads(proc.stdout)
+    assert report["summary"]["top"] == "devices.duplicate-gpu"
+    assert "log:stdin" in report["facts"]["inputs"]
+
+
 def test_bad_rule_folder_exit_2_with_file_and_line(tmp_path):
     bad = tmp_path / "area" / "bad.yaml"
     bad.parent.mkdir()
