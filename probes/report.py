@@ -35,6 +35,7 @@ _NOT_KNOWN = re.compile(r"(?i)^(?:n/?a|none|could not collect|not installed|unkn
 
 _FENCE_OR_TAG = re.compile(r"^\s*(?:```.*|~~~.*|</?(?:details|summary|pre|code|br)\b[^>]*>.*)$", re.IGNORECASE)
 _BULLET = re.compile(r"^(?P<indent>[\s>]*)(?:#\s*)?(?:[-*+•]\s+)?")
+_QUOTE = re.compile(r"^\s*(?:>\s?)+")
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]{1,80}?)\s*:\s*(?P<value>.*)$")
 _EXAMPLE = re.compile(r"\(\s*e\.?\s*g\.?[^)]*\)", re.IGNORECASE)
 _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>GPU-[\w-]+)\))?\s*$")
@@ -49,7 +50,8 @@ _SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECA
 _DOTTED = re.compile(r"^(?P<key>[A-Za-z][^.\[]*?)\s*\.{3,}\s*(?P<value>.+)$")
 
 _SMI_HEADER = re.compile(
-    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+Driver Version:\s+(?P<driver>[\d.]+)\s+CUDA Version:\s+(?P<cuda>[\d.]+|N/A)"
+    r"NVIDIA-SMI\s+(?P<smi>[\d.]+)\s+(?:Driver|KMD) Version:\s+(?P<driver>[\d.]+)\s+CUDA (?:UMD )?Version:\s+"
+    r"(?P<cuda>[\d.]+|N/A)"
 )
 _SMI_ROW = re.compile(
     r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off)\s*\|\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
@@ -64,9 +66,11 @@ _SMI_PROCESS = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+(?:\S+\s+\S+\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|C|G|M\+C|M)\s+(?P<name>.+?)\s+"
     r"(?:(?P<mem>\d+)MiB|N/A)\s*\|$"
 )
-_SMI_NO_PROCESSES = re.compile(r"No running processes found")
 _TOPO_HEADER = re.compile(r"^\s*(?P<cols>(?:GPU\d+\s+)+)")
-_TOPO_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\s+)+)")
+_TOPO_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(?:\s+|$))+)")
+_P2P_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|OK|CNS|GNS|TNS|NS|DR|U)(?:\s+|$))+)$")
+_P2P_STATUS = {"OK": "ok", "CNS": "not_supported", "GNS": "not_supported", "TNS": "not_supported",
+               "NS": "not_supported", "DR": "disabled", "U": "unknown"}
 _P2P_DEVICE = re.compile(
     r"^Device: (?P<index>\d+), (?P<name>.+?), pciBusID: (?P<bus>\w+), pciDeviceID: \w+, pciDomainID:\s*(?P<domain>\w+)"
 )
@@ -77,11 +81,11 @@ _NCCL_TESTS_RANK = re.compile(
 )
 _GPU_WORDS = re.compile(
     r"(?i)nvidia|geforce|rtx|gtx|tesla|quadro|titan|radeon|instinct|\b(?:[AHLVKPTB]\d{1,3}|A\d{4}|MI\d{3}|"
-    r"GH\d{3}|GB\d{3})\b"
+    r"GH\d{3}|GB\d{3}|[1-5]0[5-9]0(?:\s?ti)?)\b"
 )
 _GPU_COUNT = re.compile(
     r"(?i)^(?:(?P<pre>\d+)\s*(?:[x×*]\s*|gpus?\s+(?:of\s+)?)?(?=\D)|(?P<word>single|one|dual|two|quad|four|eight)\s+)?"
-    r"(?P<name>.+?)(?:\s*(?:[x×*]\s*(?P<post>\d+)|\((?P<paren>\d+)\)))?\s*(?:gpus?|cards?)?$"
+    r"(?P<name>.+?)(?:(?:\s+[x×*]\s*|\s*[×*]\s*)(?P<post>\d+)|\s*\((?P<paren>\d+)\))?\s*(?:gpus?|cards?)?$"
 )
 _WORD_COUNTS = {"single": 1, "one": 1, "dual": 2, "two": 2, "quad": 4, "four": 4, "eight": 8}
 _ACCELERATE_STRATEGY = {"MULTI_GPU": "ddp", "DEEPSPEED": "deepspeed", "FSDP": "fsdp", "NO": None}
@@ -137,7 +141,9 @@ class _Found:
             section[key] = value
 
     def device(self, index: int, **values: Any) -> None:
+        """A device that an enumeration (a list of all GPUs) names."""
         entry = self.devices.setdefault(index, {})
+        entry["_listed"] = True
         for key, value in values.items():
             if value is not None and key not in entry:
                 entry[key] = value
@@ -157,10 +163,11 @@ class _Parser:
         self.smi_index: int | None = None
         self.smi_devices: list[int] = []
         self.in_processes = False
+        self.saw_processes = False
         self.nccl_tests_host: str | None = None
 
     def line(self, raw: str) -> None:
-        raw = raw.replace("\t", "    ").rstrip()
+        raw = _QUOTE.sub("", raw.replace("\t", "    ")).rstrip()
         if not raw.strip():
             self.list_key = None
             if self.soft_section:
@@ -225,6 +232,15 @@ class _Parser:
         if header and re.match(r"^GPU0\s+GPU1\b", line):
             self.topo_cols = [int(c[3:]) for c in header.group("cols").split()]
             return True
+        m = _P2P_ROW.match(line)
+        if m and self.topo_cols is not None:
+            a = int(m.group("index"))
+            for b, cell in zip(self.topo_cols, m.group("cells").split()):
+                if a != b and cell != "X":
+                    link = f.links.setdefault((min(a, b), max(a, b)), {})
+                    if link.get("p2p_read") in (None, "ok"):
+                        link["p2p_read"] = link["p2p_write"] = _P2P_STATUS[cell]
+            return True
         m = _TOPO_ROW.match(line)
         if m and self.topo_cols is not None:
             a = int(m.group("index"))
@@ -277,7 +293,7 @@ class _Parser:
                 f.set(f.driver, "cuda_version", m.group("cuda"))
             return
         if "Processes:" in line:
-            self.in_processes = True
+            self.in_processes = self.saw_processes = True
             return
         if self.in_processes:
             m = _SMI_PROCESS.match(line)
@@ -288,9 +304,6 @@ class _Parser:
                 mem = m.group("mem")
                 procs.append(GpuProcess(pid=int(m.group("pid")), used_memory_mib=float(mem) if mem else None,
                                         cmdline=m.group("name").strip()))
-            elif _SMI_NO_PROCESSES.search(line):
-                for index in self.smi_devices:
-                    f.devices.setdefault(index, {}).setdefault("processes", [])
             return
         m = _SMI_ROW.match(line)
         if m:
@@ -319,14 +332,15 @@ class _Parser:
             name = item.strip().strip("`")
             if _GPU_WORDS.search(name):
                 index = len([d for d in self.found.devices.values() if d.get("_listed")])
-                self.found.device(index, name=name, _listed=True)
+                self.found.device(index, name=name)
 
     def key_value(self, key: str, value: str) -> None:
         f = self.found
         key_norm = _EXAMPLE.sub("", key).replace("`", "").strip(" #*-").lower()
         key_norm = re.sub(r"\s+", " ", key_norm)
         gpu_flag = "(gpu?)" in key_norm
-        key_norm = re.sub(r"\s*\([^)]*\)\s*$", "", key_norm).strip()
+        # "(GPU?)" and "(PyTorch)" qualify the key; "(TensorFlow)" names another library
+        key_norm = re.sub(r"\s*\((?:gpu\?|pytorch|torch)\)\s*$", "", key_norm).strip()
         value = value.strip()
         self.list_key = None
         if not value:
@@ -471,6 +485,11 @@ def _cpus(p: _Parser, value: str, _: bool) -> None:
         p.found.set(p.found.host, "cpu_count", int(value.strip()))
 
 
+def _attached(p: _Parser, value: str, _: bool) -> None:
+    if value.strip().isdigit() and p.found.gpu_count is None:
+        p.found.gpu_count = int(value.strip())
+
+
 def _ram(p: _Parser, value: str, _: bool) -> None:
     p.found.set(p.found.host, "memory_total_bytes", _size_gib(value))
 
@@ -526,6 +545,8 @@ _KEYS = {
         _gpus,
     ),
     "cpu(s)": _cpus,
+    "product name": _gpus,
+    "attached gpus": _attached,
     "system ram": _ram,
     "shared memory size": _shm,
     "shared memory (/dev/shm) size": _shm,
@@ -547,9 +568,9 @@ _KEYS = {
 
 def _gpu_section(f: _Found) -> dict[str, Any]:
     devices: list[Gpu] = []
-    indexed = {i: d for i, d in f.devices.items() if any(k for k in d if not k.startswith("_") and k != "processes")}
-    if indexed:
-        for index in sorted(indexed):
+    listed = [i for i, d in f.devices.items() if d.get("_listed")]
+    if f.devices:
+        for index in sorted(f.devices):
             values = {k: v for k, v in f.devices[index].items() if not k.startswith("_")}
             devices.append(Gpu(index=index, **values))
     elif f.named_gpus:
@@ -557,8 +578,9 @@ def _gpu_section(f: _Found) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if devices:
         out["devices"] = devices
-    if indexed:
-        out["count"] = len(indexed)
+    # a process table names only the GPUs that have processes: it is no count
+    if listed:
+        out["count"] = len(listed)
     elif f.gpu_count is not None:
         out["count"] = f.gpu_count
     if f.links:
@@ -575,6 +597,10 @@ def parse_report(text: str, name: str = "report") -> Facts:
     for raw in str(text).splitlines():
         parser.line(raw[:4096])
     f = parser.found
+    if parser.saw_processes:
+        # a GPU of the table with no row in its process list runs no process
+        for index in parser.smi_devices:
+            f.devices.setdefault(index, {}).setdefault("processes", [])
     facts = Facts(inputs=[f"report:{name}"])
     sections = {
         "host": f.host,
