@@ -77,6 +77,7 @@ def _init(ctx: Context) -> float:
         timeout=ctx.remaining(),
     )
     took = time.perf_counter() - start
+    ctx.channel.step("process group up")
     if ctx.fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     return took

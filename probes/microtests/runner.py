@@ -223,7 +223,8 @@ def verdict(run: Run) -> tuple[str, str | None]:
         return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(stuck or ["all ranks done"])
     checks = [c for rep in run.reports.values() for c in rep.checks_failed]
     if checks:
-        return "failed", _clean("; ".join(checks))
+        more = f" (and {len(checks) - 1} more wrong results)" if len(checks) > 1 else ""
+        return "failed", _clean(checks[0]) + more
     return "passed", None
 
 
@@ -326,7 +327,7 @@ def _duplicates(run: Run) -> dict:
         uuid = report.measurements.get("device_uuid")
         if uuid:
             by_device.setdefault(uuid, []).append(rank)
-    if len(by_device) < len(run.reports):
+    if sum(map(len, by_device.values())) < len(run.reports):
         return {"mode": "distinct"}  # some rank never said which device it got
     shared = sorted(r for ranks in by_device.values() if len(ranks) > 1 for r in ranks)
     return {
@@ -342,6 +343,12 @@ def judge(name: str, run: Run) -> MicroTest:
     measurements = _measure(name, run, status)
     if status == "passed" and measurements.get("duplicates"):
         status, error = "failed", f"ranks {measurements['duplicate_ranks']} were given the same GPU"
+    if status == "passed" and name == "lightning_fit":
+        unfinished = [str(r) for r, report in run.reports.items() if "fit done" not in report.steps]
+        if unfinished:
+            status, error = "failed", f"ranks {','.join(unfinished)} never finished Trainer.fit"
+        elif measurements.get("loss_finite") is False:
+            status, error = "failed", "the training loss is not finite"
     if status == "timed_out" and name == "barrier" and measurements.get("missing_ranks"):
         error = f"ranks never reached the barrier: {measurements['missing_ranks']}; {error}"
     return MicroTest(

@@ -84,14 +84,21 @@ def _descendants(proc: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def _group_members(groups: list[int]) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            if os.getpgid(proc.pid) in groups:
+                members.append(proc)
+    return members
+
+
 def kill_tree(procs: list[psutil.Process], groups: list[int]) -> None:
-    """SIGKILL every process given and every member of the given process groups, then reap."""
+    """SIGKILL every process given and every member of the given process groups; wait for them."""
+    procs = list({p.pid: p for p in [*procs, *(_group_members(groups) if groups else [])]}.values())
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             proc.kill()
-    for group in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
     psutil.wait_procs(procs, timeout=_REAP_S)
 
 
