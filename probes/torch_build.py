@@ -3,16 +3,19 @@
 Asked in a child interpreter under a deadline: a broken driver can hang or kill the
 process on CUDA init, and that must become a fact, not a hang of the tool. The child
 reports in two stages (build facts, which never touch the driver, then CUDA init), so a
-hang in the second still leaves the first.
+hang in the second still leaves the first; and ``torch/version.py``, read as text before
+the child starts, still gives the version and CUDA build when the import itself fails.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from probes import runner
 from probes.facts import TorchBuild
@@ -22,7 +25,7 @@ MARK = "@@diagnose-torch@@ "
 # Kept in one string so the child needs nothing from this package; each line is one JSON
 # object after MARK, flushed, so a kill mid-way loses only the unfinished stage.
 CHILD = f"""
-import json, sys
+import importlib, json, sys, warnings
 MARK = {MARK!r}
 def say(**facts):
     print(MARK + json.dumps(facts), flush=True)
@@ -39,7 +42,7 @@ if attempt(dist.is_available):
         check = getattr(dist, "is_" + name + "_available", None)
         if check is not None and attempt(check):
             backends.append(name)
-nccl = attempt(torch.cuda.nccl.version) if torch.version.cuda else None
+nccl = attempt(lambda: importlib.import_module("torch.cuda.nccl").version()) if torch.version.cuda else None
 flags = attempt(torch._C._cuda_getArchFlags) if hasattr(torch._C, "_cuda_getArchFlags") else None
 cudnn = attempt(torch.backends.cudnn.version)
 say(
@@ -53,9 +56,14 @@ say(
     backends=backends,
 )
 try:
-    available = torch.cuda.is_available()
-    count = torch.cuda.device_count() if available else 0
-    say(stage="cuda", cuda_available=available, device_count=count)
+    # a failed init is a warning, not an error: "CUDA initialization: The NVIDIA driver
+    # on your system is too old ..." is the most useful sentence torch has to say here
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+        count = torch.cuda.device_count() if available else 0
+    said = [str(w.message) for w in caught if "CUDA" in str(w.message)]
+    say(stage="cuda", cuda_available=available, device_count=count, warning=said[0] if said else None)
 except Exception as exc:
     say(stage="cuda", error=type(exc).__name__ + ": " + str(exc))
 """
@@ -68,9 +76,12 @@ def probe(
 ) -> TorchBuild:
     """``python`` is the interpreter argv to ask; tests pass one that stalls or crashes."""
     facts = TorchBuild(source="live")
-    if tuple(python) == (sys.executable,) and importlib.util.find_spec("torch") is None:
-        facts.unavailable["version"] = "torch is not installed in this environment"
-        return facts
+    if tuple(python) == (sys.executable,):
+        spec = importlib.util.find_spec("torch")
+        if spec is None:
+            facts.unavailable["version"] = "torch is not installed in this environment"
+            return facts
+        _fill_static(facts, spec.submodule_search_locations or [])
     result = run([*python, "-c", CHILD], timeout)
     stages = _stages(result.stdout)
     build, cuda = stages.get("build"), stages.get("cuda")
@@ -79,13 +90,16 @@ def probe(
     if cuda and "error" not in cuda:
         facts.cuda_available = cuda["cuda_available"]
         facts.device_count = cuda["device_count"]
+        facts.init_error = cuda.get("warning")
     elif cuda:
         facts.init_error = cuda["error"]
     else:
         facts.init_error = _why(result, "importing torch" if not build else "CUDA init", timeout)
     if not build:
         for field in ("version", "cuda", "cudnn", "nccl", "cuda_build", "arch_list", "backends"):
-            facts.unavailable[field] = facts.init_error
+            # with version.py read, a None cuda means a CPU build, not unknown
+            if getattr(facts, field) is None and not (field == "cuda" and facts.version):
+                facts.unavailable[field] = facts.init_error
     if not cuda or "error" in cuda:
         facts.unavailable["cuda_available"] = facts.init_error
         facts.unavailable["device_count"] = facts.init_error
@@ -118,6 +132,26 @@ def _fill_build(facts: TorchBuild, build: dict) -> None:
         facts.unavailable["cudnn"] = "torch reports no cuDNN version"
     facts.arch_list = build["arch_list"]
     facts.backends = build["backends"]
+
+
+def _fill_static(facts: TorchBuild, locations: Sequence[str]) -> None:
+    """What ``torch/version.py`` says, read as text: still known when the import then fails."""
+    for location in locations:
+        try:
+            tree = ast.parse((Path(location) / "version.py").read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        found: dict[str, object] = {}
+        for node in tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found.update({t.id: node.value.value for t in targets if isinstance(t, ast.Name)})
+        if isinstance(found.get("__version__"), str):
+            facts.version = found["__version__"]
+            facts.cuda = found.get("cuda") if isinstance(found.get("cuda"), str) else None
+            facts.hip = found.get("hip") if isinstance(found.get("hip"), str) else None
+            facts.cuda_build = bool(facts.cuda or facts.hip)
+            return
 
 
 def _cudnn_version(raw: int | None) -> str | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -53,6 +54,39 @@ def test_a_torch_that_cannot_import() -> None:
     reason = "torch importing torch failed: ImportError: libcudart.so.12: cannot open shared object file"
     assert facts.init_error == reason
     assert facts.version is None and facts.unavailable["version"] == reason
+
+
+def test_a_driver_too_old_for_the_build_is_the_init_error() -> None:
+    """The UserWarning torch gives from is_available(), as posted in
+    https://github.com/weaviate/Verba/issues/72 (driver 470, CUDA 11.4, a newer torch)."""
+    warning = (
+        "CUDA initialization: The NVIDIA driver on your system is too old (found version 11040). "
+        "Please update your GPU driver by downloading and installing a new version from the URL: "
+        "http://www.nvidia.com/Download/index.aspx Alternatively, go to: https://pytorch.org to install a "
+        "PyTorch version that has been compiled with your version of the CUDA driver. "
+        "(Triggered internally at ../c10/cuda/CUDAFunctions.cpp:108.)"
+    )
+    stdout = CANNED.split("\n")[0] + "\n" + torch_build.MARK + json.dumps(
+        {"stage": "cuda", "cuda_available": False, "device_count": 0, "warning": warning}
+    )
+
+    def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
+        return runner.Result(tuple(argv), 0, stdout, "", 0.1)
+
+    facts = torch_build.probe(run, 5, python=("python",))
+    assert facts.cuda_available is False and facts.init_error == warning
+    assert facts.version == "2.1.2+cu118"
+
+
+def test_version_py_still_names_the_build_when_the_import_fails() -> None:
+    def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
+        return runner.Result(tuple(argv), 1, "", "ImportError: numpy.core.multiarray failed to import\n", 0.5)
+
+    facts = torch_build.probe(run, 5)
+    assert (facts.version, facts.cuda, facts.cuda_build) == ("2.13.0+cpu", None, False)
+    assert facts.init_error == "torch importing torch failed: ImportError: numpy.core.multiarray failed to import"
+    assert "version" not in facts.unavailable and "cuda" not in facts.unavailable
+    assert facts.unavailable["backends"] == facts.init_error
 
 
 def test_the_child_cannot_start() -> None:
