@@ -3,6 +3,7 @@ for the public bug reports each machine is reconstructed from), and for real on 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +38,7 @@ class FakeNvml:
 
     NVMLError = NVMLError
     NVML_NVLINK_MAX_LINKS = 18
+    locals().update({f"NVML_ERROR_{name}": code for name, (code, _) in _ERRORS.items()})
 
     def __init__(self, recording: dict[str, Any], init_error: str | None = None) -> None:
         self.rec = recording
@@ -129,7 +131,8 @@ class FakeNvml:
     def _pair(self, a: int, b: int) -> dict[str, Any]:
         self._device(a)
         lo, hi = sorted((a, b))
-        return self.rec["pairs"].get(f"{lo}-{hi}", self.rec["pairs"]["default"])
+        pairs = self.rec["pairs"]
+        return pairs[f"{lo}-{hi}"] if f"{lo}-{hi}" in pairs else pairs["default"]
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a: int, b: int) -> int:
         return self._answer(self._pair(a, b)["common_ancestor"])
@@ -199,6 +202,22 @@ def test_dgx_a100_counts_nvlinks_through_the_nvswitches() -> None:
     assert [(link.nvlinks, link.common_ancestor) for link in found.topology] == [(12, "NVLINK")] * 28
     assert found.p2p_ok is True
     assert not any(key.startswith("devices.") for key in found.unavailable)
+
+
+@pytest.mark.parametrize("name", ["rtx3090-x2-nvlink-bridge", "rtx3090-x8-pcie-no-p2p", "dgx-a100-40gb"])
+def test_the_recorder_writes_what_the_fake_replays(name: str) -> None:
+    """record.py, the script a GPU session runs, read through the fake: the same facts back."""
+    spec = importlib.util.spec_from_file_location("nvml_record", FIXTURES / "record.py")
+    recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recorder)
+
+    original = FakeNvml.load(name)
+    recording = json.loads(json.dumps(recorder.record(original, "replayed")))
+    assert not original.initialised  # the recorder shut NVML down
+    assert recording["devices"][0]["name"] == original.rec["devices"][0]["name"]
+    assert gpus.probe(FakeNvml(recording), environ={}, read_proc=no_process) == gpus.probe(
+        FakeNvml.load(name), environ={}, read_proc=no_process
+    )
 
 
 def test_a_lost_gpu_is_a_reason_and_the_other_fields_are_still_read() -> None:
