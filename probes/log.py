@@ -14,7 +14,8 @@ constant memory. It returns a ``Log`` with
   ``MAX_PER_SIGNATURE`` per (id, rank) and ``MAX_SIGNATURES`` in all, first ones kept.
 
 Lines are attributed to a rank where the launcher says so: a ``[rank3]:`` prefix (torch
-2.2+), a SLURM ``srun --label`` prefix (``3: ...``), a ``[rank: 3]`` Lightning prefix, the
+2.2+), a SLURM ``srun --label`` prefix (``3: ...``), an Open MPI ``--tag-output`` prefix
+(``[1,3]<stdout>:``), a ``[rank: 3]`` Lightning prefix, the
 ``[Rank 3]`` / ``[PG 0 Rank 3]`` tag of ProcessGroupNCCL messages, and the ``rank : 3``
 lines of torchrun's ``ChildFailedError`` summary. torchrun's ``--tee`` prefix
 (``[default3]:``) names a *local* rank; it goes to ``data["local_rank"]``, not ``rank``.
@@ -23,7 +24,8 @@ bars) keeps only what a terminal would show, its last non-empty ``\\r`` segment.
 
 Input policy: bytes are decoded as UTF-8 with replacement characters (a UTF-16 or UTF-8
 byte-order mark selects that codec), so mixed encodings never raise. A log whose first
-block is mostly binary (NUL or control characters in more than 10% of it) raises
+block is mostly binary (NUL or control characters in more than 10% of its first 64 KiB,
+judged from 256 characters on) raises
 ``LogError`` with a one-line message naming the source; binary junk later in a text log
 is decoded with replacement characters. A line longer than ``MAX_LINE_CHARS`` is cut
 into pieces of that length.
@@ -297,9 +299,9 @@ _DEFS = [
     _sig("cuda_oom", "CUDA ran out of memory",
          r"CUDA out of memory", r"OutOfMemoryError: CUDA", r"CUDA error: out of memory",
          fields=(r"Tried to allocate (?P<requested>" + _SIZE + ")",
-                 r"GPU (?P<device>\d+)(?:;| has a total capacity)",
+                 r"GPU (?P<device>\d+)(?:;| has a total capaci?ty)",
                  r"(?P<total>" + _SIZE + r") total capacity",
-                 r"total capacity of (?P<total>" + _SIZE + ")")),
+                 r"total capaci?ty of (?P<total>" + _SIZE + ")")),
     _sig("cuda_fork_reinit", "CUDA was initialised before a fork",
          r"Cannot re-initialize CUDA in forked subprocess"),
     _sig("cuda_invalid_device_ordinal", "a process asked for a GPU it cannot see",
@@ -333,7 +335,7 @@ _DEFS = [
          r"unable to write to file </torch_", r"/dev/shm[^\n]*No space left on device",
          r"No space left on device[^\n]*/dev/shm"),
     _sig("dataloader_worker_died", "a DataLoader worker exited unexpectedly",
-         r"DataLoader worker \(pids?[^)]*\) (?:exited unexpectedly|is killed by signal: (?!Bus error))"),
+         r"DataLoader worker \(pid(?:\(s\)|s)?\s*[\d, ]+\) (?:exited unexpectedly|is killed by signal: (?!Bus error))"),
     # --- packages ---
     _sig("lightning_mixed_packages", "objects from `lightning` and `pytorch_lightning` mixed",
          r"from `?pytorch_lightning`? with a model from `?lightning",
@@ -362,14 +364,18 @@ _PREFILTER = re.compile(
     r"write to file|kernel image|completion"
 )
 
-_RANK_PREFIX = re.compile(r"^\s*\[rank(?P<rank>\d+)\]:")
+# a paste's own line numbers ("[80746] ") may stand before a launcher prefix
+_RANK_PREFIX = re.compile(
+    r"^\s*(?:\[\d+\]\s*)?(?:\[rank(?P<rank>\d+)\]:|\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:)"
+)
 _LOCAL_PREFIX = re.compile(r"^\s*\[[A-Za-z_]+(?P<local>\d+)\]:")
 _SLURM_PREFIX = re.compile(r"^\s*(?P<rank>\d{1,5}): ")
 _INLINE_RANK = re.compile(r"\[(?:rank: ?|(?:PG [^\]]*?)?Rank )(?P<rank>\d+)\]")
 _SUMMARY_RANK = re.compile(r"^\s*(?:\[\w+\]:)?\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
-_STRIP_PREFIX = re.compile(r"^\s*(?:\[\w+(?:: ?\d+)?\]:?|\d{1,5}:)\s?")
+_STRIP_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}:)\s?")
+_MAX_RANKS = 1 << 16  # distinct GLOBAL_RANK values tracked, to keep memory bounded
 _SUMMARY_SPAN = 8  # lines after "rank : N" that still belong to that rank's summary entry
 
 
@@ -409,7 +415,10 @@ class _Reader:
 
     def _rank(self, text: str) -> tuple[int | None, int | None]:
         """(rank, local_rank) a line's launcher prefix or inline tag names."""
-        m = _RANK_PREFIX.match(text) or _SLURM_PREFIX.match(text)
+        m = _RANK_PREFIX.match(text)
+        if m:
+            return int(m.group("rank") or m.group("mpi")), None
+        m = _SLURM_PREFIX.match(text)
         if m:
             return int(m.group("rank")), None
         m = _LOCAL_PREFIX.match(text)
@@ -471,7 +480,7 @@ class _Reader:
                 sig_rank = int(data.pop("rank"))
             if local is not None:
                 data.setdefault("local_rank", str(local))
-            if sig.id == "lightning_ddp_init" and sig_rank is not None:
+            if sig.id == "lightning_ddp_init" and sig_rank is not None and len(s.global_ranks) < _MAX_RANKS:
                 seen = s.global_ranks.get(sig_rank, 0) + 1
                 s.global_ranks[sig_rank] = seen
                 if seen == 2:
@@ -580,6 +589,7 @@ def _hits(block: str) -> list[int]:
 
 _BINARY_SAMPLE = 64 * 1024
 _BINARY_SHARE = 0.10
+_BINARY_MIN = 256
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\ufffd]")
 
 
@@ -671,8 +681,8 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[bytes]:
 
 
 def _check_text(sample: str, name: str) -> None:
-    if not sample:
-        return
+    if len(sample) < _BINARY_MIN:
+        return  # too little to judge; a few odd bytes read as text harm nothing
     bad = len(_CONTROL.findall(sample))
     if bad > _BINARY_SHARE * len(sample):
         raise LogError(f"{name}: not a text log ({bad} of its first {len(sample)} characters are binary)")
