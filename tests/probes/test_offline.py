@@ -1,0 +1,122 @@
+"""probes.offline: reports and logs combined into one Facts."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from probes.facts import Facts
+from probes.log import LogError
+from probes.offline import offline_facts
+
+REPORTS = Path(__file__).resolve().parent.parent / "fixtures" / "reports"
+LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
+
+
+def test_report_and_log_together():
+    env = (REPORTS / "collect_env_2.0_windows.txt").read_text()
+    facts = offline_facts([("env.txt", env)], [("train.log", LOGS / "torchrun_sigkill.log")])
+    assert facts.inputs == ["report:env.txt", "log:train.log"]
+    assert facts.torch.source == "report" and facts.torch.version == "2.0.1+cu117"
+    assert facts.packages.complete is False
+    assert facts.log.source == "log" and facts.log.sources == ["train.log"]
+    assert "sigkill_exit" in facts.log.signature_ids and facts.log.failing_ranks == [0]
+    assert {s.what for s in facts.skipped} == {"live probes", "micro-tests"}
+    Facts.model_validate(facts.model_dump())
+
+
+def test_no_log_leaves_log_evidence_unknown():
+    facts = offline_facts([("env", (REPORTS / "collect_env_1.1_yes_no.txt").read_text())])
+    assert facts.log.source is None and facts.log.signatures is None and facts.log.lines is None
+
+
+def test_a_warning_pasted_in_the_report_counts_as_log_evidence():
+    env = ("/envs/rise/lib/python3.8/site-packages/torch/cuda/__init__.py:173: UserWarning: \n"
+           "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch ins")
+    facts = offline_facts([("env", env)])
+    assert facts.log.signature_ids == ["cuda_arch_incompatible"]
+    assert facts.log.sources == ["report:env"]
+    (gpu,) = facts.gpus.devices
+    assert (gpu.name, gpu.compute_capability) == ("NVIDIA GeForce RTX 5090", "12.0")
+
+
+def test_first_statement_wins_and_keyed_sections_merge():
+    facts = offline_facts([("a", "PyTorch version: 2.1.0\n[pip3] numpy==1.26.0"),
+                           ("b", "PyTorch version: 1.13.1\n[pip3] deepspeed==0.12.0")])
+    assert facts.torch.version == "2.1.0"
+    assert facts.packages.values == {"torch": "2.1.0", "numpy": "1.26.0", "deepspeed": "0.12.0"}
+
+
+def test_several_logs_keep_their_sources():
+    facts = offline_facts(logs=[("a.log", io.StringIO("RuntimeError: Address already in use")),
+                                ("b.log", io.StringIO("ok\nRuntimeError: Connection refused"))])
+    assert facts.log.sources == ["a.log", "b.log"] and facts.log.lines_read == 3
+    assert [(s.id, s.source) for s in facts.log.signatures if s.id != "python_exception"] == [
+        ("address_in_use", "a.log"), ("connection_refused", "b.log")]
+
+
+def test_binary_log_raises_log_error(tmp_path):
+    path = tmp_path / "core.log"
+    path.write_bytes(b"\x00\x01\x02\x03" * 1000)
+    with pytest.raises(LogError, match="core.log"):
+        offline_facts(logs=[("core.log", path)])
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("$ torchrun --nproc_per_node=8 --nnodes=2 --node_rank=1 --master_addr=10.0.0.1 --master_port=1234 train.py",
+         {"kind": "torchrun", "local_world_size": 8, "nnodes": 2, "node_rank": 1, "master_port": 1234,
+          "devices_requested": 8}),
+        ("python -m torch.distributed.launch --nproc_per_node 4 train.py",
+         {"kind": "torchrun", "local_world_size": 4, "devices_requested": 4}),
+        ("srun python train.py --num-nodes 2 --gpus 4", {"kind": "slurm", "nnodes": 2, "devices_requested": 4}),
+        ("I use mpirun -np 4 python xx.py", {"kind": "mpirun", "world_size": 4}),
+        ("`accelerate launch sft_llama2.py --output_dir=sft`", {"kind": "accelerate"}),
+        ("notebook_launcher(train_loop, args, num_processes=4)", {"kind": "accelerate", "devices_requested": 4}),
+        ('trainer = L.Trainer(max_epochs=10, devices=2, strategy="ddp", logger=None)',
+         {"strategy": "ddp", "devices_requested": 2}),
+        ("Trainer(accelerator='gpu', devices=[0, 1], strategy=DDPStrategy(find_unused_parameters=True))",
+         {"strategy": "ddp", "devices_requested": 2}),
+        ('Passing `accelerator="ddp"` the job hangs', {"strategy": "ddp"}),
+        ('I tried to pass `--gpus "0,0"` to the Lightning Trainer', {"devices_requested": 2}),
+    ],
+)
+def test_launcher_as_stated(text, expected):
+    launcher = offline_facts(logs=[("log", io.StringIO(text))]).launcher
+    got = {k: v for k, v in launcher.model_dump().items() if v is not None and k not in ("source", "unavailable")}
+    assert got == expected
+    assert launcher.source == "log"
+
+
+def test_visible_devices_and_notebooks():
+    facts = offline_facts(logs=[("log", io.StringIO(
+        "CUDA_VISIBLE_DEVICES=1,2 python -m torch.distributed.launch --nproc_per_node=4 train.py\n"
+        'File "/tmp/ipykernel_1234/3456.py", line 3, in <module>'))])
+    assert facts.gpus.visible == ["1", "2"] and facts.env.values["CUDA_VISIBLE_DEVICES"] == "1,2"
+    assert facts.host.interactive is True
+
+
+@pytest.mark.parametrize("text", [
+    "jupyter-vmarkovtsev:15833:15833 [0] NCCL INFO Bootstrap : Using [0]eth0:10.2.3.32<0>",
+    "the job hangs in the jupyter-hub cluster login node? no, in a script",
+    "strategy is ddp but it hangs",
+])
+def test_what_is_not_stated_stays_unknown(text):
+    facts = offline_facts(logs=[("log", io.StringIO(text))])
+    assert facts.host.interactive is None
+    assert facts.launcher.strategy is None and facts.launcher.kind is None
+
+
+def test_lightning_banners_and_nccl_info_fill_facts():
+    log = "\n".join([
+        "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]",
+        "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2",
+        "host:1:1 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1",
+        "NCCL version 2.18.1+cuda12.1",
+    ])
+    facts = offline_facts(logs=[("log", io.StringIO(log))])
+    assert facts.launcher.world_size == 2 and facts.gpus.visible == ["0"]
+    assert facts.env.values == {"NCCL_P2P_DISABLE": "1"} and facts.torch.nccl == "2.18.1"
