@@ -24,6 +24,8 @@ _ALLOWED_PREFIXES = (
     "OMPI_",
     "PMI_",
     "CUBLAS_",
+    "GLOO_",  # GLOO_SOCKET_IFNAME picks gloo's interface as NCCL_SOCKET_IFNAME does NCCL's
+    "PL_",  # Lightning's own switches: PL_TORCH_DISTRIBUTED_BACKEND, PL_RECONCILE_PROCESS
 )
 _ALLOWED_NAMES = frozenset(
     {
@@ -38,6 +40,7 @@ _ALLOWED_NAMES = frozenset(
         "OMP_NUM_THREADS",
         "PYTORCH_CUDA_ALLOC_CONF",
         "PYTORCH_NVML_BASED_CUDA_CHECK",
+        "NVIDIA_VISIBLE_DEVICES",  # what the container runtime exposed, before CUDA_VISIBLE_DEVICES
     }
 )
 

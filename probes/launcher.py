@@ -29,6 +29,7 @@ _INT_FIELDS: dict[str, tuple[str, ...]] = {
     "slurm_gpus_on_node": ("SLURM_GPUS_ON_NODE",),
 }
 
+_COUNT = re.compile(r"^\s*(\d+)\s*$")
 # SLURM writes per-node counts compressed: "4(x2),2" means 4 on two nodes then 2.
 _SLURM_COUNT = re.compile(r"^\s*(\d+)")
 
@@ -61,8 +62,7 @@ def probe(environ: Mapping[str, str] | None = None, *, interactive: bool | None 
             if name not in environ:
                 continue
             raw = environ[name]
-            pattern = _SLURM_COUNT if name.startswith("SLURM_") else re.compile(r"^\s*(\d+)\s*$")
-            match = pattern.match(raw)
+            match = (_SLURM_COUNT if name.startswith("SLURM_") else _COUNT).match(raw)
             if match:
                 setattr(launcher, field, int(match.group(1)))
             else:

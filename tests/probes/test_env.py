@@ -24,6 +24,8 @@ def test_keeps_only_allow_listed_names() -> None:
             "MASTER_ADDR": "10.0.0.1",
             "OMP_NUM_THREADS": "8",
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "NVIDIA_VISIBLE_DEVICES": "all",
             "HOME": "/root",
             "PATH": "/usr/bin",
             "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
@@ -32,9 +34,11 @@ def test_keeps_only_allow_listed_names() -> None:
     )
     assert found.values == {
         "CUDA_VISIBLE_DEVICES": "0,1",
+        "GLOO_SOCKET_IFNAME": "eth0",
         "MASTER_ADDR": "10.0.0.1",
         "NCCL_DEBUG": "INFO",
         "NCCL_P2P_DISABLE": "1",
+        "NVIDIA_VISIBLE_DEVICES": "all",
         "OMP_NUM_THREADS": "8",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
