@@ -2,13 +2,16 @@
 
 The torch child is the slow part (importing torch, then CUDA init), so it starts first in
 a thread and the in-process probes run while it works. Each probe is isolated: one that
-raises becomes a ``ProbeError`` and the rest still run.
+raises becomes a ``ProbeError`` and the rest still run. NVML runs in this process, where
+a wedged driver can block a call for minutes, so it gets a deadline of its own and is
+abandoned, not waited for, past it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -26,6 +29,7 @@ STEPS = ("torch", "host", "packages", "env", "gpus", "launcher")
 def collect(
     *,
     torch_timeout: float = 20.0,
+    nvml_timeout: float = 10.0,
     progress: Progress | None = None,
     environ: Mapping[str, str] | None = None,
     nvml: Any = None,
@@ -70,7 +74,7 @@ def collect(
             facts.env = found
             report("env", "passed", f"{len(found.values)} relevant variables")
 
-        found = step("gpus", lambda: gpus.probe(nvml, environ=environ))
+        found = step("gpus", lambda: _nvml_in_time(nvml, environ, nvml_timeout))
         if found is not None:
             facts.gpus, facts.driver = found
             _report_gpus(facts, report)
@@ -90,6 +94,26 @@ def collect(
     return facts
 
 
+def _nvml_in_time(nvml: Any, environ: Mapping[str, str], timeout: float) -> tuple[Any, Any]:
+    answer: list[Any] = []
+
+    def ask() -> None:
+        try:
+            answer.append(gpus.probe(nvml, environ=environ))
+        except Exception as exc:
+            answer.append(exc)
+
+    # a daemon thread, so a call that never returns does not hold up the exit either
+    worker = threading.Thread(target=ask, name="diagnose-nvml", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not answer:
+        return gpus.unanswered(f"NVML did not answer within {timeout:g} s: the driver may be hung", environ)
+    if isinstance(answer[0], Exception):
+        raise answer[0]
+    return answer[0]
+
+
 def _host_detail(facts: Facts) -> str:
     shm = facts.host.shm_total_bytes
     return f"{facts.host.os}, /dev/shm {shm / 2**20:.0f} MiB" if shm is not None else f"{facts.host.os}"
@@ -99,7 +123,7 @@ def _report_gpus(facts: Facts, report: Progress) -> None:
     reason = facts.gpus.unavailable.get("count")
     if facts.gpus.count is None:
         facts.skipped.append(Skipped(what="gpus", reason=reason or "unknown"))
-        report("gpus", "skipped", reason)
+        report("gpus", "skipped" if reason and reason.startswith(gpus.NO_NVML) else "failed", reason)
         return
     report("gpus", "passed", f"{facts.gpus.count} GPU(s), driver {facts.driver.version}")
 

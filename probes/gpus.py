@@ -64,19 +64,16 @@ def probe(
 ) -> tuple[Gpus, Driver]:
     """``nvml`` is the ``pynvml`` module, or a stand-in replaying recorded answers."""
     environ = os.environ if environ is None else environ
-    gpus = Gpus(source="live", visible=parse_visible_devices(environ.get("CUDA_VISIBLE_DEVICES")))
-    driver = Driver(source="live")
     if nvml is None:
         try:
             import pynvml as nvml
         except ImportError:
-            _unavailable(gpus, driver, f"{NO_NVML}: nvidia-ml-py is not installed")
-            return gpus, driver
+            return unanswered(f"{NO_NVML}: nvidia-ml-py is not installed", environ)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
-        _unavailable(gpus, driver, f"{NO_NVML}: {exc}")
-        return gpus, driver
+        return unanswered(f"{NO_NVML}: {exc}", environ)
+    gpus, driver = _sections(environ)
     try:
         _read(nvml, gpus, driver, read_proc)
     finally:
@@ -84,11 +81,19 @@ def probe(
     return gpus, driver
 
 
-def _unavailable(gpus: Gpus, driver: Driver, reason: str) -> None:
+def unanswered(reason: str, environ: Mapping[str, str]) -> tuple[Gpus, Driver]:
+    """The sections when NVML gave nothing: every field carries ``reason``."""
+    gpus, driver = _sections(environ)
     for field in ("count", "devices", "topology"):
         gpus.unavailable[field] = reason
     for field in ("version", "cuda_version"):
         driver.unavailable[field] = reason
+    return gpus, driver
+
+
+def _sections(environ: Mapping[str, str]) -> tuple[Gpus, Driver]:
+    visible = parse_visible_devices(environ.get("CUDA_VISIBLE_DEVICES"))
+    return Gpus(source="live", visible=visible), Driver(source="live")
 
 
 class _Asker:

@@ -131,3 +131,19 @@ def test_a_torch_probe_that_raises_is_an_error() -> None:
     facts = collect.collect(environ={}, run=run, python=(sys.executable,), progress=progress)
     assert [(e.probe, e.message) for e in facts.errors] == [("torch", "OSError: too many open files")]
     assert progress.final()["torch"] == ("failed", "too many open files")
+
+
+def test_a_hung_nvml_is_abandoned_at_its_deadline() -> None:
+    release = threading.Event()
+    nvml = FakeNvml.load("dgx-a100-40gb")
+    nvml.nvmlInit = lambda: release.wait(30)  # a wedged driver: nvmlInit never returns
+    progress = Recorder()
+    try:
+        facts = collect.collect(environ={}, nvml=nvml, nvml_timeout=0.5, python=fake("crash"), progress=progress)
+    finally:
+        release.set()
+
+    reason = "NVML did not answer within 0.5 s: the driver may be hung"
+    assert facts.gpus.unavailable["count"] == reason and facts.driver.unavailable["version"] == reason
+    assert progress.final()["gpus"] == ("failed", reason)
+    assert facts.errors == [] and facts.host.source == "live"
