@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from probes import env, gpus, host, launcher, packages, runner, torch_build
-from probes.facts import Facts, ProbeError, Skipped
+from probes.facts import Driver, Facts, Gpus, ProbeError, Skipped
 
 # step name, state (running, passed, failed, skipped), detail
 Progress = Callable[[str, str, "str | None"], None]
@@ -94,7 +94,7 @@ def collect(
     return facts
 
 
-def _nvml_in_time(nvml: Any, environ: Mapping[str, str], timeout: float) -> tuple[Any, Any]:
+def _nvml_in_time(nvml: Any, environ: Mapping[str, str], timeout: float) -> tuple[Gpus, Driver]:
     answer: list[Any] = []
 
     def ask() -> None:

@@ -102,11 +102,14 @@ class _Asker:
     def __init__(self, nvml: Any, unavailable: dict[str, str]) -> None:
         self.nvml = nvml
         self.unavailable = unavailable
+        # nvidia-ml-py newer than the driver raises this, not an NVMLError, for calls the
+        # driver's NVML lacks (the v3 process list on a 470 driver)
+        self.errors = (nvml.NVMLError, getattr(nvml, "NVMLLibraryMismatchError", nvml.NVMLError))
 
     def __call__(self, field: str, fn: str, *args: Any) -> Any:
         try:
             return getattr(self.nvml, fn)(*args)
-        except self.nvml.NVMLError as exc:
+        except self.errors as exc:
             self.unavailable[field] = f"{fn}: {exc}"
             return None
 

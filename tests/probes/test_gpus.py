@@ -33,10 +33,15 @@ class NVMLError(Exception):
         super().__init__(message)
 
 
+class NVMLLibraryMismatchError(Exception):
+    """What nvidia-ml-py raises for an unversioned call the driver's NVML does not have."""
+
+
 class FakeNvml:
     """The slice of the pynvml module that probes.gpus calls, answering from a recording."""
 
     NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
     NVML_NVLINK_MAX_LINKS = 18
     locals().update({f"NVML_ERROR_{name}": code for name, (code, _) in _ERRORS.items()})
 
@@ -109,7 +114,10 @@ class FakeNvml:
         return self._answer(self._device(h)["compute_mode"])
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
-        running = self._answer(self._device(h)["processes"])
+        running = self._device(h)["processes"]
+        if running == {"nvml_error": "FUNCTION_NOT_FOUND"}:
+            raise NVMLLibraryMismatchError("Unversioned function called and the pyNVML version does not match")
+        running = self._answer(running)
         return [
             SimpleNamespace(pid=p["pid"], usedGpuMemory=None if p["used_memory_mib"] is None else p["used_memory_mib"] * 2**20)
             for p in running
@@ -231,6 +239,15 @@ def test_a_lost_gpu_is_a_reason_and_the_other_fields_are_still_read() -> None:
     assert found.unavailable["devices.3.name"] == "nvmlDeviceGetName: GPU is lost"
     assert found.unavailable["devices.3.processes"] == "nvmlDeviceGetComputeRunningProcesses: Insufficient Permissions"
     assert found.devices[3].processes is None and found.devices[3].uuid is not None
+
+
+def test_nvidia_ml_py_newer_than_the_driver() -> None:
+    nvml = FakeNvml.load("rtx3090-x2-nvlink-bridge")
+    nvml.rec["devices"][0]["processes"] = {"nvml_error": "FUNCTION_NOT_FOUND"}
+    found, _ = gpus.probe(nvml, environ={}, read_proc=no_process)
+    assert found.devices[0].processes is None
+    assert found.unavailable["devices.0.processes"].startswith("nvmlDeviceGetComputeRunningProcesses: Unversioned")
+    assert found.devices[1].processes is not None
 
 
 @pytest.mark.parametrize(
