@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, OptionList, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, OptionList, Static, TabbedContent, TabPane, Tabs
 
 from diagnose.report import Report
 from diagnose.tui.help import HelpScreen
@@ -27,6 +27,7 @@ EXPORTS = {"json": "diagnose-report.json", "markdown": "diagnose-report.md"}
 
 
 class ResultsScreen(Screen[None]):
+    AUTO_FOCUS = None  # on_mount picks: the default would pick the hidden filter field
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         Binding("r", "rerun", "Re-run"),
@@ -78,6 +79,8 @@ class ResultsScreen(Screen[None]):
             causes = self.query_one(CauseList)
             causes.show(self.report.findings)
             causes.focus()
+        else:
+            self.query_one(Tabs).focus()
 
     # --- the causes list drives the detail pane ---------------------------------------------
 
@@ -137,7 +140,14 @@ class ResultsScreen(Screen[None]):
             self.query_one(CauseList).focus()
 
     def action_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+        tabs = self.query_one(TabbedContent)
+        # a focused widget in the pane being hidden would hand focus to its neighbour, and
+        # TabbedContent switches back to whichever pane holds the focus
+        self.set_focus(None)
+        tabs.active = tab
+        target = next((w for w in tabs.get_pane(tab).query("*") if w.can_focus), None)
+        if target is not None:
+            target.focus()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
