@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,10 +52,11 @@ def kill_tree(pid: int) -> None:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if hasattr(os, "killpg"):  # POSIX; on Windows the psutil walk above is all there is
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     # A killed grandchild stays a zombie until its new parent reaps it, and not every
     # container's pid 1 does; a zombie holds no memory, GPU or port, so it counts as gone.
     deadline = time.monotonic() + _DRAIN_S
@@ -77,7 +78,7 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None) -> Result:
+def run(argv: Sequence[str], timeout: float) -> Result:
     """Run ``argv`` (never through a shell) for at most ``timeout`` seconds.
 
     On timeout the whole tree is killed and whatever it printed so far is returned, so a
@@ -93,7 +94,6 @@ def run(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = Non
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
-            env=dict(env) if env is not None else None,
             # its own session, so the group kill in kill_tree reaches every descendant
             start_new_session=True,
         )
