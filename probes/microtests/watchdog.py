@@ -19,6 +19,9 @@ from pathlib import Path
 import psutil
 
 _POLL_S = 0.05
+# Walking the process table costs milliseconds: on a small machine, done at every poll it
+# would take CPU from the very ranks being measured.
+_LOOK_S = 0.5
 _REAP_S = 5.0
 _TAIL_BYTES = 4000
 
@@ -77,11 +80,17 @@ def _spawn(launch: Launch, log: Path) -> subprocess.Popen:
         )
 
 
-def _descendants(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return proc.children(recursive=True)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return []
+def _descendants(roots: list[int]) -> list[psutil.Process]:
+    """Every live descendant of ``roots``, from one pass over the process table."""
+    children: dict[int, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(proc.info["ppid"], []).append(proc)
+    found, todo = [], list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
 
 
 def _group_members(groups: list[int]) -> list[psutil.Process]:
@@ -129,10 +138,12 @@ def supervise(launches: list[Launch], workdir: Path, timeout_s: float, grace_s: 
             popens[launch.key] = popen
             with contextlib.suppress(psutil.NoSuchProcess):
                 tracked[popen.pid] = psutil.Process(popen.pid)
+        next_look = 0.0
         while True:
-            for proc in list(tracked.values()):
-                for child in _descendants(proc):
+            if time.monotonic() >= next_look:
+                for child in _descendants([pid for pid, p in tracked.items() if p.is_running()]):
                     tracked.setdefault(child.pid, child)
+                next_look = time.monotonic() + _LOOK_S
             newly_failed = []
             for key, popen in popens.items():
                 if key not in exits and (rc := popen.poll()) is not None:
