@@ -249,7 +249,13 @@ def cmd_kb(argv: Sequence[str]) -> int:
     return getattr(kbcmd, args.action)(args)
 
 
-COMMANDS = {"facts": cmd_facts, "kb": cmd_kb, "schema": cmd_schema}
+def cmd_run(argv: Sequence[str]) -> int:
+    from diagnose.supervise import cmd_run as run
+
+    return run(argv)
+
+
+COMMANDS = {"facts": cmd_facts, "kb": cmd_kb, "schema": cmd_schema, "run": cmd_run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -177,7 +177,16 @@ def _hang(check: HangCheck, ctx: _Context) -> _Result:
     places = [r.waiting_in or "unknown" for r in ranks]
     hits = [bool(check.regex.search(p)) for p in places]
     held = {"any": any(hits), "all": all(hits), "some": any(hits) and not all(hits)}[check.ranks]
-    return _Result(FIRED if held else NOT_FIRED, sorted(set(places)))
+    # where each rank waits, matching ranks first: the code line a fix has to change
+    lines = [_hang_line(r) for _, r in sorted(zip(hits, ranks), key=lambda p: not p[0])][:8] if held else []
+    return _Result(FIRED if held else NOT_FIRED, sorted(set(places)), lines)
+
+
+def _hang_line(stack) -> str:
+    who = f"rank {stack.rank}" if stack.rank is not None else f"pid {stack.pid}"
+    frame = stack.user_frame
+    where = f" at {frame.file}:{frame.line} in {frame.function}" if frame else ""
+    return f"{who}: {stack.waiting_in or 'unknown'}{where}"
 
 
 def _any(check: AnyCheck, ctx: _Context) -> _Result:

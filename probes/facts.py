@@ -302,6 +302,27 @@ class Frame(_Model):
     function: str | None = None
 
 
+class Collective(_Model):
+    """One Flight Recorder entry: a collective as this rank recorded it."""
+
+    seq: int | None = None  # collective sequence id within its process group
+    op: str | None = None  # all_reduce, barrier, ... (backend prefix dropped)
+    state: str | None = None  # scheduled, started, completed
+    pg: str | None = None  # process group name
+    frame: Frame | None = None  # the innermost frame of the user's code that issued it
+
+
+class Straggler(_Model):
+    """A collective some ranks of a process group entered and others never reached."""
+
+    pg: str | None = None
+    seq: int
+    op: str | None = None
+    entered: list[int] = Field(default_factory=list)
+    missing: list[int] = Field(default_factory=list)
+    ops: dict[str, str] = Field(default_factory=dict)  # rank -> op, when ranks disagree on seq
+
+
 class RankStack(_Model):
     rank: int | None = None
     local_rank: int | None = None
@@ -311,11 +332,18 @@ class RankStack(_Model):
     state: str | None = None
     waiting_in: str | None = None  # barrier, all_reduce, init_process_group, ...
     frames: list[Frame] = Field(default_factory=list)
+    user_frame: Frame | None = None  # innermost frame of the user's own code
+    collectives: list[Collective] | None = None  # Flight Recorder: the last ones, oldest first
 
 
 class Hang(Section):
     detected: bool | None = None
     ranks: list[RankStack] | None = None
+    # a supervised run (`diagnose run`): how the job ended and how long it was silent
+    outcome: Literal["finished", "crashed", "hung", "interrupted"] | None = None
+    exit_code: int | None = None
+    idle_s: float | None = None
+    stragglers: list[Straggler] | None = None  # from Flight Recorder dumps
     derived: ClassVar[tuple[str, ...]] = ("waiting_in", "divergent")
 
     @property

@@ -1,0 +1,81 @@
+"""Imported by every Python process of a job started by ``diagnose run``.
+
+``diagnose run`` puts this folder first on PYTHONPATH so Python imports this module at
+start-up, before the user's code. It prepares what the supervisor needs when ptrace is
+refused (no py-spy): the stack of every thread on a signal, written by faulthandler from
+its C signal handler, which works while the main thread is blocked in a collective. With
+``DIAGNOSE_FR_DIR`` set it also waits, on a thread blocked in ``open()`` of a FIFO (no
+CPU), for a request to dump torch's Flight Recorder, since gloo never dumps on timeout.
+
+Nothing here may break the user's program: every step is guarded, and the site's own
+``sitecustomize`` (if any) still runs afterwards.
+"""
+
+import os
+
+
+def _install() -> None:
+    hook_dir = os.environ.get("DIAGNOSE_HOOK_DIR")
+    if not hook_dir:
+        return
+    import faulthandler
+    import json
+    import threading
+
+    pid = os.getpid()
+    stacks = open(os.path.join(hook_dir, f"{pid}.stack"), "w")  # noqa: SIM115 - held for the process's life
+    faulthandler.register(int(os.environ["DIAGNOSE_HOOK_SIGNAL"]), file=stacks, all_threads=True, chain=False)
+    globals()["_stacks_file"] = stacks
+    fr_dir = os.environ.get("DIAGNOSE_FR_DIR")
+    if fr_dir and hasattr(os, "mkfifo"):
+        fifo = os.path.join(hook_dir, f"{pid}.fr")
+        os.mkfifo(fifo, 0o600)
+        threading.Thread(target=_serve_flight_recorder, args=(fifo, fr_dir), name="diagnose-fr", daemon=True).start()
+    marker = {"pid": pid, "main_thread": threading.get_ident()}
+    with open(os.path.join(hook_dir, f"{pid}.json.tmp"), "w") as f:
+        json.dump(marker, f)
+    os.replace(os.path.join(hook_dir, f"{pid}.json.tmp"), os.path.join(hook_dir, f"{pid}.json"))
+
+
+def _serve_flight_recorder(fifo: str, fr_dir: str) -> None:
+    import sys
+
+    while True:
+        with open(fifo) as request:  # blocks until the supervisor opens it for writing
+            request.read()
+        try:
+            distributed = sys.modules.get("torch.distributed")
+            if distributed is None or not distributed.is_initialized():
+                continue
+            from torch._C._distributed_c10d import _dump_fr_trace_json
+
+            dump = _dump_fr_trace_json(True, True)
+            path = os.path.join(fr_dir, f"rank{distributed.get_rank()}.json")
+            with open(path + ".tmp", "wb") as out:
+                out.write(dump.encode() if isinstance(dump, str) else dump)  # bytes in torch >= 2.10
+            os.replace(path + ".tmp", path)
+        except Exception:  # noqa: BLE001 - a failed dump must never disturb the job
+            pass
+
+
+def _chain() -> None:
+    """Run the sitecustomize this one shadows, if the environment has one."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+try:
+    _install()
+except Exception:  # noqa: BLE001 - the job runs without the fallback rather than not at all
+    pass
+_chain()  # its errors are reported by site.py exactly as they would be without this hook

@@ -1,0 +1,525 @@
+"""The stacks of a hung job -> ``Facts.hang``.
+
+``collect_hang(root_pid, ...)`` finds the ranks among the job's processes (``RANK`` and
+``LOCAL_RANK`` from each one's environment), takes each rank's Python stack, and says where
+it waits. Two ways to take a stack, tried in order:
+
+* ``py-spy``: ``py-spy dump --pid P --json``, which reads the process's memory over ptrace;
+* ``faulthandler``: where ptrace is refused (containers without CAP_SYS_PTRACE, a Yama
+  scope) or py-spy is missing, the job was started with ``probes/_hook`` on PYTHONPATH, whose
+  ``sitecustomize`` registered ``faulthandler`` on ``HOOK_SIGNAL`` into a per-process file;
+  the supervisor sends the signal and parses what it wrote.
+
+Each ``RankStack`` records the method used, the main thread's frames (innermost first, at
+most ``MAX_FRAMES``), the innermost frame of the user's own code (``user_frame``: not the
+standard library, not an installed package), and ``waiting_in``, the first recognised call
+walking outwards from the innermost frame. Its vocabulary (rules match it with ``{hang:
+REGEX}``):
+
+  barrier               dist.barrier / monitored_barrier (also Lightning, Fabric, accelerate)
+  all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather, scatter, all_to_all,
+  send, recv            the torch.distributed collective of that name (DDP's initial
+                        parameter sync is ``broadcast``)
+  verify_params         DDP's _verify_param_shape_across_processes at construction
+  init_process_group    init_process_group / new_group, past the store
+  rendezvous            the TCP store / rendezvous handlers, the store-based barrier
+  dataloader            waiting for a batch from the DataLoader (its workers)
+  load                  torch.load, load_state_dict, from_pretrained, safetensors,
+                        Lightning's checkpoint loading
+  save                  torch.save
+  deepspeed_initialize  deepspeed.initialize
+  compile               torch.compile (dynamo / inductor)
+  import                importing a module (a slow or locked file system, a module's own work)
+  cuda_sync             torch.cuda.synchronize, a stream or event synchronize
+  user_code             none of the above; the innermost frame is the user's own code
+                        (computing, sleeping, or in a C call the stack does not show)
+  other                 none of the above, inside library code
+
+Flight Recorder dumps are read too (``read_flight_recorder``): torch's own dumps on timeout
+(pickles, read without allowing any class) and the JSON dumps the hook writes on request.
+Per rank they give the last collectives with sequence ids and states; across ranks, the
+first collective of each process group that some ranks entered and others never reached
+(``Hang.stragglers``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from probes.facts import Collective, Frame, Hang, RankStack, Straggler
+from probes.runner import Result
+from probes.runner import run as run_command
+
+MAX_FRAMES = 40
+LAST_COLLECTIVES = 5
+PYSPY_TIMEOUT_S = 10.0
+FAULTHANDLER_WAIT_S = 3.0
+HOOK_DIR = Path(__file__).parent / "_hook"
+# A real-time signal: nothing in Python, torch or Lightning uses one (Lightning's SLURM
+# requeue takes SIGUSR1). Only processes whose hook registered it are ever sent it.
+HOOK_SIGNAL = int(getattr(signal, "SIGRTMIN", signal.SIGUSR2)) + (4 if hasattr(signal, "SIGRTMIN") else 0)
+
+_C10D = r"torch/distributed/distributed_c10d\.py$"
+_LIGHTNING = r"(lightning|pytorch_lightning|lightning_fabric)/"
+# (waiting_in, file pattern, function pattern): the first row matching a frame names it
+_WAITS: list[tuple[str, str, str]] = [
+    ("verify_params", r"torch/distributed/", r"_verify_params?(_shape)?_across_processes"),
+    ("rendezvous", r"torch/distributed/(rendezvous\.py|elastic/rendezvous/)", r".*"),
+    ("rendezvous", _C10D, r"_store_based_barrier"),
+    ("init_process_group", _C10D, r"init_process_group|new_group|_new_group_with_tag|_new_process_group_helper"),
+    ("barrier", _C10D, r"barrier|monitored_barrier"),
+    ("all_reduce", _C10D, r"all_reduce\w*"),
+    ("all_gather", _C10D, r"_?all_gather\w*"),
+    ("reduce_scatter", _C10D, r"_?reduce_scatter\w*"),
+    ("broadcast", _C10D, r"broadcast\w*"),
+    ("all_to_all", _C10D, r"all_to_all\w*"),
+    ("reduce", _C10D, r"reduce"),
+    ("gather", _C10D, r"gather|gather_object"),
+    ("scatter", _C10D, r"scatter|scatter_object_list"),
+    ("send", _C10D, r"i?send|send_object_list"),
+    ("recv", _C10D, r"i?recv|recv_object_list"),
+    ("broadcast", r"torch/distributed/utils\.py$", r"_sync_params_and_buffers|_sync_module_states"),
+    ("barrier", _LIGHTNING + r"|accelerate/", r"barrier|wait_for_everyone"),
+    ("dataloader", r"torch/utils/data/", r"_next_data|_get_data|_try_get_data|__next__"),
+    ("cuda_sync", r"torch/cuda/", r"synchronize"),
+    ("load", r"torch/serialization\.py$", r"_?load\w*"),
+    ("save", r"torch/serialization\.py$", r"_?save\w*"),
+    ("load", r"torch/nn/modules/module\.py$", r"load_state_dict"),
+    ("load", r"(transformers|diffusers|peft)/", r"from_pretrained|_?load_\w*"),
+    ("load", r"safetensors/", r"load\w*|safe_open"),
+    ("load", _LIGHTNING, r"_?load_(from_)?checkpoint\w*|load_from_checkpoint"),
+    ("deepspeed_initialize", r"deepspeed/__init__\.py$", r"initialize"),
+    ("compile", r"torch/(_dynamo|_inductor)/", r".*"),
+    ("import", r"^<frozen importlib", r".*"),
+]
+_WAIT_PATTERNS = [(name, re.compile(f), re.compile(fn)) for name, f, fn in _WAITS]
+_STDLIB = re.compile(r"/lib(64)?/python3\.\d+/(?!site-packages/|dist-packages/)")
+
+
+class StackError(Exception):
+    """A stack could not be taken; ``refused`` when the kernel refused ptrace."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+# --- where a stack waits ------------------------------------------------------------------
+
+
+def is_library(path: str) -> bool:
+    path = path.replace("\\", "/")
+    return (
+        path.startswith("<")
+        or "/site-packages/" in path
+        or "/dist-packages/" in path
+        or _STDLIB.search(path) is not None
+    )
+
+
+def classify(frames: Sequence[Frame]) -> str | None:
+    """Where a stack (innermost frame first) waits; None for an empty stack."""
+    if not frames:
+        return None
+    for frame in frames:
+        path = frame.file.replace("\\", "/")
+        function = (frame.function or "").rsplit(".", 1)[-1]
+        for name, file_re, function_re in _WAIT_PATTERNS:
+            if file_re.search(path) and function_re.fullmatch(function):
+                return name
+    return "other" if is_library(frames[0].file) else "user_code"
+
+
+def user_frame(frames: Sequence[Frame]) -> Frame | None:
+    return next((f for f in frames if not is_library(f.file)), None)
+
+
+def rank_stack(frames: list[Frame], **fields) -> RankStack:
+    return RankStack(
+        frames=frames[:MAX_FRAMES], waiting_in=classify(frames), user_frame=user_frame(frames), **fields
+    )
+
+
+# --- py-spy ---------------------------------------------------------------------------------
+
+_REFUSED = re.compile(r"(?i)permission denied|operation not permitted|ptrace|EPERM|CAP_SYS_PTRACE")
+
+
+def parse_pyspy(text: str, pid: int) -> tuple[list[Frame], str | None]:
+    """The main thread of ``py-spy dump --json``: (frames innermost first, active|idle)."""
+    try:
+        threads = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StackError(f"py-spy printed no JSON ({exc.msg})") from None
+    if not isinstance(threads, list) or not threads:
+        raise StackError("py-spy found no Python thread")
+    main = next((t for t in threads if t.get("thread_name") == "MainThread"), None)
+    main = main or next((t for t in threads if t.get("os_thread_id") == pid), threads[0])
+    frames = [
+        Frame(file=f.get("filename") or "?", line=f.get("line"), function=f.get("name"))
+        for f in main.get("frames") or []
+    ]
+    active = main.get("active")
+    return frames, None if active is None else ("active" if active else "idle")
+
+
+def pyspy_stack(pid: int, py_spy: str, run: Callable[..., Result] = run_command) -> tuple[list[Frame], str | None]:
+    result = run([py_spy, "dump", "--pid", str(pid), "--json"], timeout=PYSPY_TIMEOUT_S)
+    if result.error:
+        raise StackError(f"py-spy: {result.error}")
+    if result.timed_out:
+        raise StackError(f"py-spy: no answer in {PYSPY_TIMEOUT_S:g}s")
+    if result.returncode != 0:
+        message = (result.stderr.strip() or result.stdout.strip() or f"exit {result.returncode}").splitlines()[-1]
+        raise StackError(f"py-spy: {message[:200]}", refused=bool(_REFUSED.search(result.stderr + result.stdout)))
+    return parse_pyspy(result.stdout, pid)
+
+
+def find_pyspy() -> str | None:
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+# --- faulthandler -------------------------------------------------------------------------------
+
+_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+)")
+_FH_FRAME = re.compile(r'^\s+File "(.*)", line (\d+|\?\?\?) in (.+?)\s*$')
+
+
+def parse_faulthandler(text: str, main_thread: int | None) -> list[Frame]:
+    """The main thread's frames from a faulthandler dump (innermost first, as it writes)."""
+    threads: dict[int, list[Frame]] = {}
+    current: list[Frame] | None = None
+    order: list[int] = []
+    for line in text.splitlines():
+        header = _THREAD.match(line)
+        if header:
+            ident = int(header.group(1), 16)
+            current = threads.setdefault(ident, [])
+            current.clear()  # a later dump of the same thread replaces an earlier one
+            order.append(ident)
+            continue
+        frame = _FH_FRAME.match(line)
+        if frame and current is not None:
+            number = frame.group(2)
+            current.append(Frame(file=frame.group(1), line=int(number) if number.isdigit() else None, function=frame.group(3)))
+    if main_thread in threads:
+        return threads[main_thread]
+    return threads[order[0]] if order else []
+
+
+def faulthandler_stack(pid: int, hook_dir: Path) -> list[Frame]:
+    marker_path = hook_dir / f"{pid}.json"
+    stack_path = hook_dir / f"{pid}.stack"
+    try:
+        marker = json.loads(marker_path.read_text())
+    except (OSError, ValueError):
+        raise StackError("faulthandler: the process did not load the diagnose hook") from None
+    start = stack_path.stat().st_size if stack_path.exists() else 0
+    try:
+        os.kill(pid, HOOK_SIGNAL)
+    except OSError as exc:
+        raise StackError(f"faulthandler: cannot signal pid {pid}: {exc.strerror}") from None
+    deadline = time.monotonic() + FAULTHANDLER_WAIT_S
+    size = start
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = stack_path.stat().st_size
+        if now > start and now == size:  # written and no longer growing
+            break
+        size = now
+    with open(stack_path, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", errors="replace")
+    frames = parse_faulthandler(text, marker.get("main_thread"))
+    if not frames:
+        raise StackError(f"faulthandler: pid {pid} wrote no stack within {FAULTHANDLER_WAIT_S:g}s")
+    return frames
+
+
+# --- the job's ranks ---------------------------------------------------------------------------
+
+_LAUNCHER = re.compile(r"torch\.distributed\.(run|launch)|(^|/)torchrun\b|deepspeed\.launcher|accelerate")
+
+
+@dataclass(frozen=True)
+class RankProcess:
+    pid: int
+    rank: int | None
+    local_rank: int | None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _identity(proc: psutil.Process) -> tuple[str | None, str | None]:
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return None, None
+    return env.get("RANK"), env.get("LOCAL_RANK")
+
+
+def _is_python(proc: psutil.Process) -> bool:
+    try:
+        cmd = proc.cmdline()
+        return "python" in proc.name().lower() or bool(cmd and "python" in os.path.basename(cmd[0]).lower())
+    except (psutil.Error, OSError):
+        return False
+
+
+def find_ranks(root_pid: int) -> list[RankProcess]:
+    """The rank processes of the job under ``root_pid``.
+
+    A rank has RANK or LOCAL_RANK in its environment and a parent without the same values
+    (DataLoader workers and other helpers inherit them). Lightning's own launcher runs rank
+    0 in the parent, whose environment names no rank: a Python parent of ranks that is not
+    a launcher (torchrun, deepspeed, accelerate) is local rank 0. A job with no rank at all
+    (one process) reports its top Python processes.
+    """
+    try:
+        root = psutil.Process(root_pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    identity = {p.pid: _identity(p) for p in tree}
+    parents = {}
+    for p in tree:
+        try:
+            parents[p.pid] = p.ppid()
+        except psutil.Error:
+            parents[p.pid] = None
+    ranks = [
+        p for p in tree if identity[p.pid] != (None, None) and identity.get(parents[p.pid]) != identity[p.pid]
+    ]
+    found = [RankProcess(p.pid, _int(identity[p.pid][0]), _int(identity[p.pid][1])) for p in ranks]
+    by_pid = {p.pid: p for p in tree}
+    rank_parents = {parents[p.pid] for p in ranks}
+    for pid in rank_parents:
+        proc = by_pid.get(pid)
+        if proc is None or identity[pid] != (None, None) or not _is_python(proc):
+            continue
+        try:
+            launcher = _LAUNCHER.search(" ".join(proc.cmdline()))
+        except psutil.Error:
+            continue
+        if not launcher:
+            found.append(RankProcess(pid, 0 if all(r.rank is None for r in found) else None, 0))
+    if not found:
+        pythons = [p for p in tree if _is_python(p)]
+        python_pids = {p.pid for p in pythons}
+        found = [RankProcess(p.pid, None, None) for p in pythons if parents[p.pid] not in python_pids]
+    return sorted(found, key=lambda r: (r.rank is None, r.rank or 0, r.local_rank or 0, r.pid))
+
+
+# --- Flight Recorder --------------------------------------------------------------------------
+
+
+class _NoClasses(pickle.Unpickler):
+    """Flight Recorder pickles hold only plain data; anything else is refused, never run."""
+
+    def find_class(self, module: str, name: str):  # noqa: ARG002
+        raise pickle.UnpicklingError(f"refused class {module}.{name}")
+
+
+def _load_dump(path: Path) -> dict | None:
+    data = path.read_bytes()
+    if data[:1] in (b"{", b"["):
+        try:
+            dump = json.loads(data)
+        except ValueError:
+            return None
+    else:
+        try:
+            dump = _NoClasses(io.BytesIO(data)).load()
+        except Exception:  # noqa: BLE001 - any malformed or foreign file is skipped
+            return None
+    if not isinstance(dump, dict) or "version" not in dump:
+        return None
+    return dump  # a rank that ran no collective yet has no "entries" at all
+
+
+def _collective(entry: dict) -> Collective:
+    p2p = bool(entry.get("is_p2p"))
+    seq = entry.get("p2p_seq_id" if p2p else "collective_seq_id")
+    name = str(entry.get("profiling_name") or "")
+    group = entry.get("process_group")
+    pg = str(group[1] or group[0]) if isinstance(group, (list, tuple)) and len(group) == 2 else None
+    frames = [
+        Frame(file=str(f.get("filename", "?")), line=f.get("line"), function=f.get("name"))
+        for f in entry.get("frames") or []
+        if isinstance(f, dict)
+    ]
+    return Collective(
+        seq=seq if isinstance(seq, int) else None,
+        op=name.split(":", 1)[-1] or None,
+        state=entry.get("state"),
+        pg=pg,
+        frame=user_frame(frames),
+    )
+
+
+_DUMP_NAME = re.compile(r"(?:rank_?|_)(\d+)(?:\.json)?$")
+
+
+def read_flight_recorder(folder: Path) -> tuple[dict[int, list[Collective]], list[Straggler]]:
+    """Per rank its recorded collectives (oldest first), and the stragglers across ranks."""
+    per_rank: dict[int, list[Collective]] = {}
+    if not folder.is_dir():
+        return per_rank, []
+    for path in sorted(folder.iterdir()):
+        match = _DUMP_NAME.search(path.name)
+        if not match or not path.is_file():
+            continue
+        dump = _load_dump(path)
+        if dump is None:
+            continue
+        entries = [_collective(e) for e in dump.get("entries") or [] if isinstance(e, dict)]
+        per_rank[int(match.group(1))] = entries
+    return per_rank, stragglers(per_rank)
+
+
+def stragglers(per_rank: dict[int, list[Collective]]) -> list[Straggler]:
+    """Per process group, the first collective that some dumped ranks entered and others did not.
+
+    Every rank that dumped counts as a member of every group seen (a rank that never reached
+    a group's first collective has no entry for it); fine for the default group, an
+    over-approximation for subgroups.
+    """
+    last: dict[str | None, dict[int, int]] = {}
+    for rank, entries in per_rank.items():
+        for entry in entries:
+            if entry.seq is None or entry.op in ("send", "recv"):
+                continue
+            seqs = last.setdefault(entry.pg, {})
+            seqs[rank] = max(seqs.get(rank, 0), entry.seq)
+    found = []
+    for pg, seqs in last.items():
+        by_rank = {rank: seqs.get(rank, 0) for rank in per_rank}
+        low = min(by_rank.values())
+        entered = sorted(r for r, seq in by_rank.items() if seq > low)
+        if entered:
+            op = _op_at(per_rank, entered[0], pg, low + 1)
+            missing = sorted(r for r in by_rank if r not in entered)
+            found.append(Straggler(pg=pg, seq=low + 1, op=op, entered=entered, missing=missing))
+        if low:
+            # every rank got as far as ``low``: did they all call the same collective there?
+            ops = {str(r): _op_at(per_rank, r, pg, low) or "?" for r in sorted(by_rank)}
+            if len(set(ops.values())) > 1:
+                found.append(Straggler(pg=pg, seq=low, entered=sorted(by_rank), ops=ops))
+    return found
+
+
+def _op_at(per_rank: dict[int, list[Collective]], rank: int, pg: str | None, seq: int) -> str | None:
+    return next((c.op for c in per_rank[rank] if c.pg == pg and c.seq == seq), None)
+
+
+def request_flight_recorder(hook_dir: Path, pids: Iterable[int], fr_dir: Path, wait_s: float = 2.0) -> int:
+    """Ask each rank's hook to dump its Flight Recorder; returns how many were asked."""
+    asked = 0
+    before = {p.name: p.stat().st_mtime for p in fr_dir.glob("rank*.json")} if fr_dir.is_dir() else {}
+    for pid in pids:
+        fifo = hook_dir / f"{pid}.fr"
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO when no hook listens
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"dump\n")
+            asked += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    deadline = time.monotonic() + wait_s
+    while asked and time.monotonic() < deadline:
+        fresh = [p for p in fr_dir.glob("rank*.json") if before.get(p.name) != p.stat().st_mtime]
+        if len(fresh) >= asked:
+            break
+        time.sleep(0.05)
+    return asked
+
+
+# --- the whole ------------------------------------------------------------------------------
+
+
+def _one_stack(
+    proc: RankProcess, methods: Sequence[str], py_spy: str | None, hook_dir: Path | None, host: str
+) -> tuple[RankStack, list[str]]:
+    notes: list[str] = []
+    for method in methods:
+        try:
+            if method == "py-spy":
+                if py_spy is None:
+                    raise StackError("py-spy: not installed")
+                frames, state = pyspy_stack(proc.pid, py_spy)
+            elif method == "faulthandler":
+                if hook_dir is None:
+                    raise StackError("faulthandler: the job was started without the diagnose hook")
+                frames, state = faulthandler_stack(proc.pid, hook_dir), None
+            else:
+                raise ValueError(f"unknown stack method {method!r}")
+        except StackError as exc:
+            notes.append(str(exc) + (" (ptrace refused)" if exc.refused else ""))
+            continue
+        stack = rank_stack(
+            frames, rank=proc.rank, local_rank=proc.local_rank, pid=proc.pid, host=host, method=method, state=state
+        )
+        return stack, notes
+    return RankStack(rank=proc.rank, local_rank=proc.local_rank, pid=proc.pid, host=host, state="unavailable"), notes
+
+
+def collect_hang(
+    root_pid: int,
+    *,
+    hook_dir: Path | None = None,
+    fr_dir: Path | None = None,
+    py_spy: str | None = None,
+    methods: Sequence[str] = ("py-spy", "faulthandler"),
+) -> Hang:
+    """Stacks (and Flight Recorder records) of every rank of the job under ``root_pid``."""
+    hang = Hang(source="hang", detected=True)
+    procs = find_ranks(root_pid)
+    if not procs:
+        hang.ranks = []
+        hang.unavailable["ranks"] = "no Python process left in the job's tree"
+        return hang
+    host = socket.gethostname()
+    if fr_dir is not None and hook_dir is not None:
+        request_flight_recorder(hook_dir, [p.pid for p in procs], fr_dir)
+    with ThreadPoolExecutor(max_workers=min(8, len(procs))) as pool:
+        results = list(pool.map(lambda p: _one_stack(p, methods, py_spy, hook_dir, host), procs))
+    hang.ranks = [stack for stack, _ in results]
+    notes = sorted({note for _, ns in results for note in ns})
+    if any(s.state == "unavailable" for s in hang.ranks):
+        hang.unavailable["ranks.frames"] = "; ".join(notes) or "no stack method worked"
+    elif notes:
+        hang.unavailable["ranks.method"] = "fell back: " + "; ".join(notes)
+    if fr_dir is not None:
+        per_rank, found = read_flight_recorder(fr_dir)
+        for stack in hang.ranks:
+            if stack.rank in per_rank:
+                stack.collectives = per_rank[stack.rank][-LAST_COLLECTIVES:]
+        if per_rank:
+            hang.stragglers = found
+    return hang
