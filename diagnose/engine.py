@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from diagnose import __version__
 from diagnose.kb import KB
 from diagnose.paths import lookup
+from diagnose.prefilter import may_match
 from diagnose.report import (
     EvidenceItem,
     Finding,
@@ -57,6 +58,10 @@ class _Context:
     def log_text(self) -> str | None:
         lines = self.facts.log.lines
         return None if lines is None else "\n".join(line.text for line in lines)
+
+    @cached_property
+    def log_lower(self) -> str:
+        return (self.log_text or "").lower()
 
 
 @dataclass
@@ -136,8 +141,8 @@ def _log(check: LogCheck, ctx: _Context) -> _Result:
     lines = ctx.facts.log.lines
     if lines is None:
         return _Result(UNKNOWN)
-    # one scan of the whole text first: most patterns match nothing, and that costs one pass
-    if check.prefilter.search(ctx.log_text) is None:
+    # cheapest first: a required word missing, then one scan of the whole text, then lines
+    if not may_match(check.literals, ctx.log_lower) or check.prefilter.search(ctx.log_text) is None:
         return _Result(NOT_FIRED, 0)
     hits = [line for line in lines if check.regex.search(line.text)]
     if not hits:
@@ -247,7 +252,7 @@ def _describe(check: Any) -> tuple[str, str, str]:
 
 def _item(check: Any, result: _Result) -> EvidenceItem:
     kind, what, expected = describe(check)
-    return EvidenceItem.model_construct(
+    return EvidenceItem(
         kind=kind,
         what=what,
         expected=expected,
@@ -311,7 +316,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
             if context is None:
                 context = render_context(facts)
             findings.append(
-                Finding.model_construct(
+                Finding(
                     id=rule.id,
                     title=rule.title,
                     severity=rule.severity,
@@ -337,7 +342,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
     return Report.model_construct(
         schema_version=Report.model_fields["schema_version"].default,
         tool={"name": "lightning-diagnose", "version": __version__},
-        summary=Summary.model_construct(
+        summary=Summary(
             errors=counts["error"],
             warnings=counts["warning"],
             infos=counts["info"],
@@ -355,6 +360,6 @@ def evaluate(facts: Facts, kb: KB) -> Report:
 
 
 def _outcome(rule: Rule, reason: str, missing: list[str] | None = None) -> RuleOutcome:
-    return RuleOutcome.model_construct(
+    return RuleOutcome(
         id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing or []
     )

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from diagnose.paths import UnknownPath, check_path
+from diagnose.prefilter import required_literals
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -138,6 +139,10 @@ class LogCheck(_Check):
     @cached_property
     def regex(self) -> re.Pattern[str]:
         return _compile(self.log)
+
+    @cached_property
+    def literals(self) -> tuple[str, ...] | None:
+        return required_literals(self.log)
 
     @cached_property
     def prefilter(self) -> re.Pattern[str]:
