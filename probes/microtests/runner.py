@@ -137,6 +137,48 @@ def _device(name: str, rank: int, backend: str, setup: Setup, shared: bool) -> s
     return "cpu"
 
 
+def layout(name: str, setup: Setup, strategy: str) -> tuple[int, bool, bool]:
+    """(ranks, all on one shared GPU, Lightning spawns the ranks) for one test."""
+    shared = name == "duplicate_gpu" and setup.cuda_devices == 1
+    nproc = 2 if shared else max(2, setup.nproc) if name == "duplicate_gpu" else setup.nproc
+    return nproc, shared, name == "lightning_fit" and strategy == "ddp_spawn"
+
+
+def launches(
+    name: str,
+    setup: Setup,
+    *,
+    backend: str,
+    strategy: str,
+    port: int,
+    deadline: float,
+    work: str,
+    extra_env: dict[str, str] | None = None,
+) -> list[Launch]:
+    """The processes of one test: one per rank, or one that Lightning's spawn launcher grows."""
+    nproc, shared, spawn = layout(name, setup, strategy)
+    base = [
+        sys.executable, "-m", "probes.microtests.worker", "--test", name,
+        "--world-size", str(nproc), "--backend", backend, "--port", str(port),
+        "--deadline", repr(deadline), "--out", work, "--parent-pid", str(os.getpid()),
+        "--strategy", strategy, "--mode", "shared" if shared else "distinct",
+    ]  # fmt: skip
+    extra = dict(extra_env or {})
+    if name == "lightning_fit":
+        extra.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0")
+    if spawn:
+        device = "cuda" if backend == "nccl" else "cpu"
+        return [Launch("launcher", [*base, "--device", device], child_env(extra))]
+    out = []
+    for rank in range(nproc):
+        # Lightning takes LOCAL_RANK as the sign that a launcher started the ranks, as torchrun does.
+        env = child_env({**extra, "LOCAL_RANK": str(rank)} if name == "lightning_fit" else extra)
+        device = _device(name, rank, backend, setup, shared)
+        argv = [*base, "--rank", str(rank), "--local-rank", str(rank), "--device", device]
+        out.append(Launch(rank, argv, env))
+    return out
+
+
 def execute(
     name: str,
     setup: Setup,
@@ -147,34 +189,13 @@ def execute(
     extra_env: dict[str, str] | None = None,
 ) -> Run:
     """Start the ranks of one test, supervise them, and collect what they reported."""
-    shared = name == "duplicate_gpu" and setup.cuda_devices == 1
-    nproc = max(2, setup.nproc) if name == "duplicate_gpu" else setup.nproc
-    if shared:
-        nproc = 2
-    spawn = name == "lightning_fit" and strategy == "ddp_spawn"
-    port = free_port()
+    nproc, shared, spawn = layout(name, setup, strategy)
     with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
-        base = [
-            sys.executable, "-m", "probes.microtests.worker", "--test", name,
-            "--world-size", str(nproc), "--backend", backend, "--port", str(port),
-            "--deadline", repr(time.time() + timeout), "--out", work,
-            "--parent-pid", str(os.getpid()), "--strategy", strategy,
-            "--mode", "shared" if shared else "distinct",
-        ]  # fmt: skip
-        lightning_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0"}
-        if spawn:
-            device = "cuda" if backend == "nccl" else "cpu"
-            launches = [Launch("launcher", [*base, "--device", device], child_env({**lightning_env, **(extra_env or {})}))]
-        else:
-            launches = []
-            for rank in range(nproc):
-                env = dict(extra_env or {})
-                if name == "lightning_fit":
-                    env.update(lightning_env, LOCAL_RANK=str(rank))
-                argv = [*base, "--rank", str(rank), "--local-rank", str(rank),
-                        "--device", _device(name, rank, backend, setup, shared)]  # fmt: skip
-                launches.append(Launch(rank, argv, child_env(env)))
-        watched = supervise(launches, Path(work), timeout)
+        planned = launches(
+            name, setup, backend=backend, strategy=strategy, port=free_port(),
+            deadline=time.time() + timeout, work=work, extra_env=extra_env,
+        )  # fmt: skip
+        watched = supervise(planned, Path(work), timeout)
         reports = {rank: read_report(work, rank) for rank in range(nproc)}
         launcher = read_report(work, "launcher") if spawn else None
     return Run(watched, reports, launcher, nproc, backend, timeout, {"shared": shared, "strategy": strategy})
