@@ -15,6 +15,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -46,6 +47,9 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"bad regex {pattern!r}: {exc}") from None
 
 
+RegexStr = Annotated[str, AfterValidator(lambda value: _compile(value) and value)]
+
+
 class _Check(_Strict):
     weight: float = 1.0
     label: str | None = None  # what it means, shown beside the evidence
@@ -67,8 +71,8 @@ class FactCheck(_Check):
     ge: float | None = None
     in_: list[Any] | None = Field(None, alias="in")
     not_in: list[Any] | None = None
-    matches: str | None = None
-    not_matches: str | None = None
+    matches: RegexStr | None = None
+    not_matches: RegexStr | None = None
     contains: Any = None
     exists: bool | None = None
     version: str | None = None
@@ -80,13 +84,6 @@ class FactCheck(_Check):
             check_path(value)
         except UnknownPath as exc:
             raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("matches", "not_matches")
-    @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            _compile(value)
         return value
 
     @field_validator("version")
@@ -128,13 +125,7 @@ class FactCheck(_Check):
 
 
 class LogCheck(_Check):
-    log: str
-
-    @field_validator("log")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        _compile(value)
-        return value
+    log: RegexStr
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -192,14 +183,8 @@ class MicrotestCheck(_Check):
 
 
 class HangCheck(_Check):
-    hang: str
+    hang: RegexStr
     ranks: Literal["any", "all", "some"] = "any"
-
-    @field_validator("hang")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        _compile(value)
-        return value
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
