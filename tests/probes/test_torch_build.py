@@ -19,12 +19,18 @@ def fake(mode: str, marker: str = "-") -> tuple[str, ...]:
     return (sys.executable, str(FAKE), mode, marker)
 
 
-def test_this_machines_cpu_build() -> None:
+def test_this_machines_build() -> None:
+    """The child's answers against torch asked directly, in this process."""
+    import torch
+
     facts = torch_build.probe(timeout=60)
-    assert facts.version == "2.13.0+cpu"
-    assert facts.cuda_build is False and facts.cuda is None and facts.nccl is None
-    assert facts.cuda_available is False and facts.device_count == 0
-    assert "gloo" in facts.backends and "nccl" not in facts.backends
+    assert (facts.version, facts.cuda, facts.hip) == (torch.__version__, torch.version.cuda, torch.version.hip)
+    assert facts.cuda_build is bool(torch.version.cuda or torch.version.hip)
+    assert (facts.cuda_available, facts.device_count) == (torch.cuda.is_available(), torch.cuda.device_count())
+    assert ("gloo" in facts.backends) is torch.distributed.is_gloo_available()
+    assert ("nccl" in facts.backends) is torch.distributed.is_nccl_available()
+    if not facts.cuda_build:  # this project's own venv: the CPU wheel
+        assert facts.nccl is None and facts.cudnn is None and facts.arch_list == []
     assert facts.init_error is None and facts.unavailable == {}
 
 
@@ -82,10 +88,13 @@ def test_version_py_still_names_the_build_when_the_import_fails() -> None:
     def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
         return runner.Result(tuple(argv), 1, "", "ImportError: numpy.core.multiarray failed to import\n", 0.5)
 
+    import torch
+
     facts = torch_build.probe(run, 5)
-    assert (facts.version, facts.cuda, facts.cuda_build) == ("2.13.0+cpu", None, False)
+    assert (facts.version, facts.cuda) == (torch.__version__, torch.version.cuda)
     assert facts.init_error == "torch importing torch failed: ImportError: numpy.core.multiarray failed to import"
     assert "version" not in facts.unavailable and "cuda" not in facts.unavailable
+    assert facts.cuda_available is None and facts.device_count is None
     assert facts.unavailable["backends"] == facts.init_error
 
 
