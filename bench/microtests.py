@@ -40,7 +40,9 @@ def bare_rank(rank: int, world: int, port: int) -> None:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     times = {}
     for size in SIZES:
         buffer = torch.zeros(size // 4)
@@ -79,7 +81,9 @@ def bare(world: int) -> dict[int, float]:
 def harness(world: int) -> dict[int, float]:
     test = run_microtests(["all_reduce"], nproc=world, backend="gloo", timeout=120).all_reduce
     if test.status != "passed":
-        raise SystemExit(f"bench/microtests.py: the all_reduce micro-test {test.status}: {test.error}")
+        raise SystemExit(
+            f"bench/microtests.py: the all_reduce micro-test {test.status}: {test.error}"
+        )
     return {s: test.measurements[f"busbw_gbps_{size_label(s)}"] for s in SIZES}
 
 
@@ -103,7 +107,9 @@ def main() -> None:
     def median(which: str, size: int) -> float:
         return statistics.median(r[size] for r in runs[which])
 
-    table = Table(title=f"all_reduce busbw, gloo, {args.nproc} CPU ranks, median of {args.rounds} rounds (GB/s)")
+    table = Table(
+        title=f"all_reduce busbw (GB/s), gloo, {args.nproc} CPU ranks, median of {args.rounds}"
+    )
     for column in ("size", "harness", "bare loop", "harness / bare"):
         table.add_column(column, justify="right")
     ratios = []
@@ -114,8 +120,10 @@ def main() -> None:
     peak = max(median("harness", s) for s in SIZES) / max(median("bare", s) for s in SIZES)
     console = Console()
     console.print(table)
-    console.print(f"peak busbw ratio: {peak:.3f}   median per-size ratio: {statistics.median(ratios):.3f}"
-                  f"   (target >= {TARGET})")  # fmt: skip
+    console.print(
+        f"peak busbw ratio: {peak:.3f}   median per-size ratio: {statistics.median(ratios):.3f}"
+        f"   (target >= {TARGET})"
+    )
 
     if not args.no_suite:
         walls = []
@@ -123,10 +131,15 @@ def main() -> None:
             start = time.perf_counter()
             result = run_microtests(nproc=args.nproc, backend="gloo")
             walls.append(time.perf_counter() - start)
-        statuses = ", ".join(f"{n}={getattr(result, n).status}" for n in type(result).model_fields if
-                             getattr(result, n, None) is not None and hasattr(getattr(result, n), "status"))  # fmt: skip
-        console.print(f"full suite on {args.nproc} CPU ranks: median {statistics.median(walls):.1f} s"
-                      f" (min {min(walls):.1f}, max {max(walls):.1f}); last run: {statuses}")  # fmt: skip
+        statuses = ", ".join(
+            f"{n}={getattr(result, n).status}"
+            for n in type(result).model_fields
+            if getattr(result, n, None) is not None and hasattr(getattr(result, n), "status")
+        )
+        console.print(
+            f"full suite on {args.nproc} CPU ranks: median {statistics.median(walls):.1f} s"
+            f" (min {min(walls):.1f}, max {max(walls):.1f}); last run: {statuses}"
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def size_label(size: int) -> str:
 
 
 def iterations(size: int) -> tuple[int, int]:
-    """(warm-up, timed) iterations for one size: fewer for large buffers, to keep a CPU run short."""
+    """(warm-up, timed) iterations for one size: fewer for large ones, to keep CPU runs short."""
     timed = max(3, min(20, (64 << 20) // size))
     return 2, timed
 
@@ -120,7 +120,9 @@ def _first_collective(ctx: Context) -> float:
     got = ones.item()
     took = time.perf_counter() - start
     if got != ctx.world_size:
-        ctx.channel.check_failed(f"rank {ctx.rank}: sum of ones over {ctx.world_size} ranks gave {got}")
+        ctx.channel.check_failed(
+            f"rank {ctx.rank}: sum of ones over {ctx.world_size} ranks gave {got}"
+        )
     return took
 
 
@@ -230,7 +232,12 @@ def _placement_measurements(ranks: list[tuple[int, int]]) -> dict:
         return {"nvml_pids_matched": False}
     on_gpu0 = sorted(rank_of[p] for p in holders.get(0, ()) if p in rank_of)
     foreign = sorted(
-        {rank_of[p] for dev, pids in holders.items() for p in pids if p in rank_of and ranks[rank_of[p]][1] != dev}
+        {
+            rank_of[p]
+            for dev, pids in holders.items()
+            for p in pids
+            if p in rank_of and ranks[rank_of[p]][1] != dev
+        }
     )
     return {
         "nvml_pids_matched": True,
@@ -251,7 +258,9 @@ def _nvml_holders(count: int) -> dict[int, set[int]]:
         holders = {}
         for index in range(count):
             uuid = str(torch.cuda.get_device_properties(index).uuid)
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+            handle = pynvml.nvmlDeviceGetHandleByUUID(
+                uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+            )
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
             holders[index] = {p.pid for p in procs}
         return holders
@@ -264,7 +273,9 @@ def duplicate_gpu(ctx: Context) -> None:
     import torch
 
     index = torch_device_index(ctx)
-    ctx.channel.measure(device_index=index, device_uuid=str(torch.cuda.get_device_properties(index).uuid))
+    ctx.channel.measure(
+        device_index=index, device_uuid=str(torch.cuda.get_device_properties(index).uuid)
+    )
     _init(ctx)
     if ctx.mode != "shared":
         _first_collective(ctx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -82,14 +83,11 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def _query(timeout: float) -> dict:
     argv = [sys.executable, "-m", "probes.microtests.worker", "--query"]
+    limit = max(timeout, 30.0)  # a cold import of torch can take this long on its own
     try:
-        done = subprocess.run(
-            argv, env=child_env(), capture_output=True, text=True, timeout=max(timeout, 30.0)
-        )
+        done = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
-        return {"query_error": f"inspecting torch in {sys.executable} took over {max(timeout, 30.0):g} s"}
-    import json
-
+        return {"query_error": f"inspecting torch in {sys.executable} took over {limit:g} s"}
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
@@ -100,16 +98,33 @@ def _query(timeout: float) -> dict:
 def plan(info: dict, nproc: int | None, backend: str | None) -> Setup:
     cuda = info.get("device_count", 0) if info.get("cuda") else 0
     if "query_error" in info or "torch_error" in info:
-        why = info.get("query_error") or f"torch cannot be imported by {info.get('python')}: {info['torch_error']}"
+        why = (
+            info.get("query_error")
+            or f"torch cannot be imported by {info.get('python')}: {info['torch_error']}"
+        )
         return Setup(info, None, nproc or 2, cuda, skip_all=why)
     if not info.get("distributed"):
-        return Setup(info, None, nproc or 2, cuda, skip_all="torch.distributed is not available in this torch build")
+        return Setup(
+            info,
+            None,
+            nproc or 2,
+            cuda,
+            skip_all="torch.distributed is not available in this torch build",
+        )
     if backend is None:
         backend = "nccl" if cuda and info.get("nccl") else "gloo"
     if not info.get(backend):
-        return Setup(info, backend, nproc or 2, cuda, skip_all=f"this torch build has no {backend} backend")
+        return Setup(
+            info, backend, nproc or 2, cuda, skip_all=f"this torch build has no {backend} backend"
+        )
     if backend == "nccl" and not cuda:
-        return Setup(info, backend, nproc or 2, cuda, skip_all="the nccl backend needs a CUDA GPU; none is visible")
+        return Setup(
+            info,
+            backend,
+            nproc or 2,
+            cuda,
+            skip_all="the nccl backend needs a CUDA GPU; none is visible",
+        )
     default = cuda if backend == "nccl" else 2
     return Setup(info, backend, nproc or default, cuda)
 
@@ -124,7 +139,9 @@ def _skip_reason(name: str, setup: Setup, strategy: str) -> str | None:
     if name == "lightning_fit":
         if not setup.info.get("lightning"):
             return "neither lightning nor pytorch_lightning is installed"
-        if strategy in ("fsdp", "deepspeed") and not (setup.cuda_devices and setup.backend == "nccl"):
+        if strategy in ("fsdp", "deepspeed") and not (
+            setup.cuda_devices and setup.backend == "nccl"
+        ):
             return f"Lightning's {strategy} strategy needs CUDA GPUs and NCCL"
         if strategy == "deepspeed" and not setup.info.get("deepspeed"):
             return "the deepspeed strategy needs the deepspeed package, which is not installed"
@@ -171,7 +188,7 @@ def launches(
         return [Launch("launcher", [*base, "--device", device], child_env(extra))]
     out = []
     for rank in range(nproc):
-        # Lightning takes LOCAL_RANK as the sign that a launcher started the ranks, as torchrun does.
+        # Lightning reads LOCAL_RANK as the sign that a launcher (torchrun) made the ranks.
         env = child_env({**extra, "LOCAL_RANK": str(rank)} if name == "lightning_fit" else extra)
         device = _device(name, rank, backend, setup, shared)
         argv = [*base, "--rank", str(rank), "--local-rank", str(rank), "--device", device]
@@ -192,13 +209,27 @@ def execute(
     nproc, shared, spawn = layout(name, setup, strategy)
     with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
         planned = launches(
-            name, setup, backend=backend, strategy=strategy, port=free_port(),
-            deadline=time.time() + timeout, work=work, extra_env=extra_env,
-        )  # fmt: skip
+            name,
+            setup,
+            backend=backend,
+            strategy=strategy,
+            port=free_port(),
+            deadline=time.time() + timeout,
+            work=work,
+            extra_env=extra_env,
+        )
         watched = supervise(planned, Path(work), timeout)
         reports = {rank: read_report(work, rank) for rank in range(nproc)}
         launcher = read_report(work, "launcher") if spawn else None
-    return Run(watched, reports, launcher, nproc, backend, timeout, {"shared": shared, "strategy": strategy})
+    return Run(
+        watched,
+        reports,
+        launcher,
+        nproc,
+        backend,
+        timeout,
+        {"shared": shared, "strategy": strategy},
+    )
 
 
 def _clean(text: str) -> str:
@@ -241,7 +272,9 @@ def verdict(run: Run) -> tuple[str, str | None]:
         return "failed", f"{who} {exits[key].describe()}: {_clean(_last_output_line(run, key))}"
     if run.watched.deadline_hit:
         stuck = [f"rank {r} at '{rep.last_step}'" for r, rep in run.reports.items() if not rep.done]
-        return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(stuck or ["all ranks done"])
+        return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(
+            stuck or ["all ranks done"]
+        )
     checks = [c for rep in run.reports.values() for c in rep.checks_failed]
     if checks:
         more = f" (and {len(checks) - 1} more wrong results)" if len(checks) > 1 else ""
@@ -278,7 +311,11 @@ def _measure(name: str, run: Run, status: str) -> dict:
 def _max_of(reports: list[RankReport], *keys: str) -> dict:
     out = {}
     for key in keys:
-        values = [r.measurements[key] for r in reports if isinstance(r.measurements.get(key), (int, float))]
+        values = [
+            r.measurements[key]
+            for r in reports
+            if isinstance(r.measurements.get(key), (int, float))
+        ]
         if values:
             out[key] = max(values)
     return out
@@ -337,11 +374,16 @@ def _all_reduce(run: Run) -> dict:
 
 def _duplicates(run: Run) -> dict:
     if run.extra["shared"]:
-        errors = [r.measurements["nccl_error"] for r in run.reports.values() if r.measurements.get("nccl_error")]
+        errors = [
+            r.measurements["nccl_error"]
+            for r in run.reports.values()
+            if r.measurements.get("nccl_error")
+        ]
         return {
             "mode": "shared",
             "nccl_error": errors[0] if errors else None,
-            "nccl_rejects_shared": bool(errors) and any("duplicate gpu" in e.lower() for e in errors),
+            "nccl_rejects_shared": bool(errors)
+            and any("duplicate gpu" in e.lower() for e in errors),
         }
     by_device: dict[str, list[int]] = {}
     for rank, report in run.reports.items():
@@ -394,7 +436,9 @@ def _detail(test: MicroTest) -> str | None:
     return f"{test.nproc} ranks, {test.backend}, {test.duration_s:.1f} s"
 
 
-def _run_test(name: str, setup: Setup, *, timeout: float, strategy: str, notify: Progress) -> MicroTest:
+def _run_test(
+    name: str, setup: Setup, *, timeout: float, strategy: str, notify: Progress
+) -> MicroTest:
     reason = _skip_reason(name, setup, strategy)
     if reason:
         return MicroTest(status="skipped", reason=reason, backend=setup.backend, nproc=setup.nproc)
@@ -404,7 +448,9 @@ def _run_test(name: str, setup: Setup, *, timeout: float, strategy: str, notify:
     if name in _COLLECTIVES and backend == "nccl" and test.status in ("failed", "timed_out"):
         for variant, env in VARIANTS.items():
             notify(name, "running", f"variant {variant}")
-            test.variants[variant] = verdict(execute(name, setup, backend="nccl", timeout=timeout, extra_env=env))[0]
+            test.variants[variant] = verdict(
+                execute(name, setup, backend="nccl", timeout=timeout, extra_env=env)
+            )[0]
         notify(name, "running", "variant gloo")
         test.variants["gloo"] = verdict(execute(name, setup, backend="gloo", timeout=timeout))[0]
     return test

@@ -121,7 +121,9 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def supervise(launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0) -> Watched:
+def supervise(
+    launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0
+) -> Watched:
     """Run ``launches`` at once; return when all ended, or after killing them all."""
     start = time.monotonic()
     deadline = start + timeout_s
@@ -159,8 +161,10 @@ def supervise(launches: list[Launch], workdir: Path, timeout_s: float, grace_s: 
             if now >= deadline:
                 why, deadline_hit = f"at the {timeout_s:g} s deadline", True
             elif failed_at is not None and now >= failed_at + grace_s:
-                why = f"after {failed_first[0]} failed" if isinstance(failed_first[0], str) else (
-                    f"after rank {failed_first[0]} failed"
+                why = (
+                    f"after {failed_first[0]} failed"
+                    if isinstance(failed_first[0], str)
+                    else (f"after rank {failed_first[0]} failed")
                 )
             if why:
                 for key in popens:

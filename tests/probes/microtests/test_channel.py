@@ -20,7 +20,11 @@ def test_what_a_rank_writes_is_what_the_parent_reads(tmp_path):
 def test_an_error_carries_its_timeout_flag_and_missing_ranks(tmp_path):
     Channel(tmp_path, 0).error("RuntimeError: Ranks 1, 3 failed", timeout=True, missing=[1, 3])
     report = read_report(tmp_path, 0)
-    assert (report.error, report.timeout, report.missing) == ("RuntimeError: Ranks 1, 3 failed", True, [1, 3])
+    assert (report.error, report.timeout, report.missing) == (
+        "RuntimeError: Ranks 1, 3 failed",
+        True,
+        [1, 3],
+    )
     assert report.error_time is not None and not report.done
 
 

@@ -7,8 +7,16 @@ from probes.microtests.channel import RankReport
 from probes.microtests.runner import Run, _run_test, launches, plan
 from probes.microtests.watchdog import Exit, Watched
 
-GPU = {"python": "py", "torch": "2.13.0", "distributed": True, "gloo": True, "nccl": True, "cuda": True,
-       "lightning": True, "deepspeed": False}  # fmt: skip
+GPU = {
+    "python": "py",
+    "torch": "2.13.0",
+    "distributed": True,
+    "gloo": True,
+    "nccl": True,
+    "cuda": True,
+    "lightning": True,
+    "deepspeed": False,
+}
 
 
 def _plan(devices: int, nproc=None, backend=None):
@@ -16,8 +24,15 @@ def _plan(devices: int, nproc=None, backend=None):
 
 
 def _launched(name, setup, strategy="ddp", backend=None):
-    return launches(name, setup, backend=backend or setup.backend, strategy=strategy, port=1234, deadline=0.0,
-                    work="/tmp/x")  # fmt: skip
+    return launches(
+        name,
+        setup,
+        backend=backend or setup.backend,
+        strategy=strategy,
+        port=1234,
+        deadline=0.0,
+        work="/tmp/x",
+    )
 
 
 def _arg(launch, flag):
@@ -27,7 +42,11 @@ def _arg(launch, flag):
 def test_nccl_ranks_take_one_gpu_each():
     found = _launched("all_reduce", _plan(4))
     assert [(_arg(x, "--rank"), _arg(x, "--device"), _arg(x, "--backend")) for x in found] == [
-        ("0", "cuda:0", "nccl"), ("1", "cuda:1", "nccl"), ("2", "cuda:2", "nccl"), ("3", "cuda:3", "nccl")]  # fmt: skip
+        ("0", "cuda:0", "nccl"),
+        ("1", "cuda:1", "nccl"),
+        ("2", "cuda:2", "nccl"),
+        ("3", "cuda:3", "nccl"),
+    ]
 
 
 def test_gloo_collectives_stay_on_cpu_even_beside_gpus():
@@ -42,7 +61,10 @@ def test_on_one_gpu_duplicate_gpu_puts_two_ranks_on_it():
 
 def test_on_several_gpus_duplicate_gpu_maps_ranks_to_distinct_ones():
     found = _launched("duplicate_gpu", _plan(8, nproc=1))
-    assert [(_arg(x, "--device"), _arg(x, "--mode")) for x in found] == [("cuda:0", "distinct"), ("cuda:1", "distinct")]
+    assert [(_arg(x, "--device"), _arg(x, "--mode")) for x in found] == [
+        ("cuda:0", "distinct"),
+        ("cuda:1", "distinct"),
+    ]
 
 
 def test_lightning_ranks_are_started_as_torchrun_would():
@@ -60,8 +82,12 @@ def test_ddp_spawn_starts_one_launcher_without_local_rank():
 
 def _fake_run(status: str) -> Run:
     code = 0 if status == "passed" else 1
-    report = RankReport(steps=["all_reduce 1KB"], done=code == 0,
-                        error=None if code == 0 else "RuntimeError: NCCL error", error_time=1.0)  # fmt: skip
+    report = RankReport(
+        steps=["all_reduce 1KB"],
+        done=code == 0,
+        error=None if code == 0 else "RuntimeError: NCCL error",
+        error_time=1.0,
+    )
     watched = Watched({0: Exit(code)}, False, [] if code == 0 else [0], 0.1)
     return Run(watched, {0: report}, None, 1, "nccl", 5.0, {"shared": False, "strategy": "ddp"})
 
@@ -76,19 +102,41 @@ def test_a_failing_nccl_collective_is_rerun_under_each_variant(monkeypatch):
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     seen = []
-    test = _run_test("barrier", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: seen.append(e))
+    test = _run_test(
+        "barrier", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: seen.append(e)
+    )
     assert test.status == "failed"
-    assert test.variants == {"p2p_disabled": "passed", "shm_disabled": "failed", "ib_disabled": "failed",
-                             "gloo": "passed"}  # fmt: skip
-    assert calls[1:] == [("nccl", {"NCCL_P2P_DISABLE": "1"}), ("nccl", {"NCCL_SHM_DISABLE": "1"}),
-                         ("nccl", {"NCCL_IB_DISABLE": "1"}), ("gloo", None)]  # fmt: skip
-    assert [d for _, _, d in seen] == ["variant p2p_disabled", "variant shm_disabled", "variant ib_disabled",
-                                       "variant gloo"]  # fmt: skip
+    assert test.variants == {
+        "p2p_disabled": "passed",
+        "shm_disabled": "failed",
+        "ib_disabled": "failed",
+        "gloo": "passed",
+    }
+    assert calls[1:] == [
+        ("nccl", {"NCCL_P2P_DISABLE": "1"}),
+        ("nccl", {"NCCL_SHM_DISABLE": "1"}),
+        ("nccl", {"NCCL_IB_DISABLE": "1"}),
+        ("gloo", None),
+    ]
+    assert [d for _, _, d in seen] == [
+        "variant p2p_disabled",
+        "variant shm_disabled",
+        "variant ib_disabled",
+        "variant gloo",
+    ]
 
 
 def test_a_passing_or_gloo_test_gets_no_variants(monkeypatch):
     monkeypatch.setattr(runner, "execute", lambda *a, **k: _fake_run("passed"))
-    assert _run_test("all_reduce", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: None).variants == {}
+    assert (
+        _run_test(
+            "all_reduce", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: None
+        ).variants
+        == {}
+    )
     monkeypatch.setattr(runner, "execute", lambda *a, **k: _fake_run("failed"))
     cpu = _plan(2, backend="gloo")
-    assert _run_test("all_reduce", cpu, timeout=5, strategy="ddp", notify=lambda *e: None).variants == {}
+    assert (
+        _run_test("all_reduce", cpu, timeout=5, strategy="ddp", notify=lambda *e: None).variants
+        == {}
+    )

@@ -41,7 +41,9 @@ def test_importing_the_package_does_not_import_torch():
 
 def test_the_suite_passes_on_two_gloo_ranks():
     seen = []
-    result = run_microtests(nproc=2, backend="gloo", timeout=60, progress=lambda *event: seen.append(event))
+    result = run_microtests(
+        nproc=2, backend="gloo", timeout=60, progress=lambda *event: seen.append(event)
+    )
     assert result.source == "microtest"
     for name in ("rendezvous", "barrier", "all_reduce", "lightning_fit"):
         test = getattr(result, name)
@@ -55,7 +57,9 @@ def test_the_suite_passes_on_two_gloo_ranks():
     assert result.lightning_fit.measurements["global_step"] == 4
     if result.placement.status == "skipped":  # no GPU here
         assert result.placement.reason and result.duplicate_gpu.reason
-    assert [(n, s) for n, s, _ in seen] == [(n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)]
+    assert [(n, s) for n, s, _ in seen] == [
+        (n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)
+    ]
     assert _leftovers() == []
 
 

@@ -9,7 +9,6 @@ from probes.microtests.channel import RankReport
 from probes.microtests.checks import SIZES, size_label
 from probes.microtests.runner import (
     Run,
-    Setup,
     _skip_reason,
     bandwidth,
     child_env,
@@ -20,14 +19,25 @@ from probes.microtests.runner import (
 )
 from probes.microtests.watchdog import Exit, Watched
 
-CPU = {"python": "py", "torch": "2.13.0", "distributed": True, "gloo": True, "nccl": False, "cuda": False,
-       "device_count": 0, "lightning": True, "deepspeed": False}  # fmt: skip
+CPU = {
+    "python": "py",
+    "torch": "2.13.0",
+    "distributed": True,
+    "gloo": True,
+    "nccl": False,
+    "cuda": False,
+    "device_count": 0,
+    "lightning": True,
+    "deepspeed": False,
+}
 ONE_GPU = {**CPU, "nccl": True, "cuda": True, "device_count": 1}
 EIGHT_GPUS = {**ONE_GPU, "device_count": 8}
 
 
 def _run(reports, exits, *, deadline_hit=False, failed_first=(), nproc=2, extra=None) -> Run:
-    watched = Watched(exits=exits, deadline_hit=deadline_hit, failed_first=list(failed_first), elapsed_s=1.0)
+    watched = Watched(
+        exits=exits, deadline_hit=deadline_hit, failed_first=list(failed_first), elapsed_s=1.0
+    )
     return Run(watched, dict(enumerate(reports)), None, nproc, "gloo", 5.0, extra or {})
 
 
@@ -50,7 +60,9 @@ def test_all_passing_ranks_pass():
 
 def test_a_signal_death_outranks_the_errors_it_causes():
     dead = RankReport(steps=["process group up"])
-    echo = RankReport(steps=["all_reduce 1KB"], error="RuntimeError: Connection closed by peer", error_time=2.0)
+    echo = RankReport(
+        steps=["all_reduce 1KB"], error="RuntimeError: Connection closed by peer", error_time=2.0
+    )
     run = _run([echo, dead], {0: Exit(1), 1: Exit(-9)}, failed_first=[0, 1])
     status, error = verdict(run)
     assert status == "failed"
@@ -58,10 +70,19 @@ def test_a_signal_death_outranks_the_errors_it_causes():
 
 
 def test_a_timeout_the_rank_reported_is_timed_out():
-    waiting = RankReport(steps=["barrier"], error="RuntimeError: Ranks 1 failed", error_time=1.0, timeout=True,
-                         missing=[1])  # fmt: skip
+    waiting = RankReport(
+        steps=["barrier"],
+        error="RuntimeError: Ranks 1 failed",
+        error_time=1.0,
+        timeout=True,
+        missing=[1],
+    )
     stuck = RankReport(steps=["process group up"])
-    run = _run([waiting, stuck], {0: Exit(1), 1: Exit(None, killed="after rank 0 failed")}, failed_first=[0])
+    run = _run(
+        [waiting, stuck],
+        {0: Exit(1), 1: Exit(None, killed="after rank 0 failed")},
+        failed_first=[0],
+    )
     test = judge("barrier", run)
     assert test.status == "timed_out"
     assert test.measurements["missing_ranks"] == "1" and test.measurements["arrived_count"] == 1
@@ -88,15 +109,24 @@ def test_a_rank_that_fails_without_a_word_is_explained_by_its_output():
 
 
 def test_a_cpp_trace_is_cut_from_errors():
-    text = "RuntimeError: NCCL error: invalid usage\nLast error: Duplicate GPU\nException raised from x at y\nframe #0"
+    text = (
+        "RuntimeError: NCCL error: invalid usage\nLast error: Duplicate GPU\n"
+        "Exception raised from x at y\nframe #0"
+    )
     report = RankReport(error=text, error_time=1.0)
     _, error = verdict(_run([report, _done()], {0: Exit(1), 1: Exit(0)}, failed_first=[0]))
     assert error == "rank 0: RuntimeError: NCCL error: invalid usage | Last error: Duplicate GPU"
 
 
 def test_all_reduce_averages_time_over_ranks_and_reports_bus_bandwidth():
-    times = [{f"time_s_{size_label(s)}": s / 1e9 for s in SIZES}, {f"time_s_{size_label(s)}": s / 1e9 * 3 for s in SIZES}]
-    reports = [RankReport(steps=[f"all_reduce {size_label(s)}" for s in SIZES], measurements=t, done=True) for t in times]
+    times = [
+        {f"time_s_{size_label(s)}": s / 1e9 for s in SIZES},
+        {f"time_s_{size_label(s)}": s / 1e9 * 3 for s in SIZES},
+    ]
+    reports = [
+        RankReport(steps=[f"all_reduce {size_label(s)}" for s in SIZES], measurements=t, done=True)
+        for t in times
+    ]
     test = judge("all_reduce", _run(reports, {0: Exit(0), 1: Exit(0)}))
     m = test.measurements
     assert test.status == "passed" and m["correct"] is True
@@ -106,7 +136,11 @@ def test_all_reduce_averages_time_over_ranks_and_reports_bus_bandwidth():
 
 
 def test_a_wrong_sum_fails_all_reduce():
-    wrong = RankReport(steps=["all_reduce 64MB"], checks_failed=["1KB: rank 0 got 4.0", "4KB: rank 0 got 4.0"], done=True)
+    wrong = RankReport(
+        steps=["all_reduce 64MB"],
+        checks_failed=["1KB: rank 0 got 4.0", "4KB: rank 0 got 4.0"],
+        done=True,
+    )
     test = judge("all_reduce", _run([wrong, _done()], {0: Exit(0), 1: Exit(0)}))
     assert test.status == "failed" and test.measurements["correct"] is False
     assert test.error == "1KB: rank 0 got 4.0 (and 1 more wrong results)"
@@ -117,12 +151,19 @@ def test_two_ranks_on_one_gpu_fail_duplicate_gpu():
     exits = {r: Exit(0) for r in range(3)}
     test = judge("duplicate_gpu", _run(reports, exits, nproc=3, extra={"shared": False}))
     assert test.status == "failed"
-    assert test.measurements == {"mode": "distinct", "distinct_devices": 2, "duplicates": True,
-                                 "duplicate_ranks": "0,2"}  # fmt: skip
+    assert test.measurements == {
+        "mode": "distinct",
+        "distinct_devices": 2,
+        "duplicates": True,
+        "duplicate_ranks": "0,2",
+    }
 
 
 def test_on_a_single_gpu_duplicate_gpu_records_what_nccl_said():
-    said = "DistBackendError: NCCL error ... Last error: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000"
+    said = (
+        "DistBackendError: NCCL error ... Last error: Duplicate GPU detected : "
+        "rank 1 and rank 0 both on CUDA device 1000"
+    )
     reports = [_done(nccl_error=said), _done(nccl_error=said)]
     test = judge("duplicate_gpu", _run(reports, {0: Exit(0), 1: Exit(0)}, extra={"shared": True}))
     assert test.status == "passed"
@@ -132,14 +173,20 @@ def test_on_a_single_gpu_duplicate_gpu_records_what_nccl_said():
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
-        ("DistNetworkError: The server socket has failed to listen on any local network address. "
-         "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use", "address_in_use"),
+        (
+            "DistNetworkError: The server socket has failed to listen on any local network address "
+            "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+            "address_in_use",
+        ),
         ("DistNetworkError: ... Connection refused", "connection_refused"),
-        ("DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined.", "timeout"),
+        (
+            "DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined.",
+            "timeout",
+        ),
         ("gaierror: Name or service not known", "hostname"),
         ("RuntimeError: something else", "other"),
     ],
-)  # fmt: skip
+)
 def test_rendezvous_errors_are_classified(text, kind):
     assert rendezvous_error_kind(text) == kind
 
@@ -151,7 +198,10 @@ def test_plan_picks_nccl_with_one_rank_per_gpu_and_gloo_with_two_on_cpu():
 
 
 def test_plan_skips_everything_when_torch_or_the_backend_is_missing():
-    assert "torch cannot be imported" in plan({"python": "py", "torch_error": "ModuleNotFoundError: torch"}, None, None).skip_all
+    assert (
+        "torch cannot be imported"
+        in plan({"python": "py", "torch_error": "ModuleNotFoundError: torch"}, None, None).skip_all
+    )
     assert plan(CPU, None, "nccl").skip_all == "this torch build has no nccl backend"
     assert "needs a CUDA GPU" in plan({**CPU, "nccl": True}, None, "nccl").skip_all
 
@@ -162,19 +212,33 @@ def test_skip_reasons_per_test():
     assert _skip_reason("duplicate_gpu", cpu, "ddp") == "needs a CUDA GPU; torch sees none"
     assert _skip_reason("lightning_fit", cpu, "ddp") is None
     assert "needs CUDA GPUs and NCCL" in _skip_reason("lightning_fit", cpu, "fsdp")
-    assert "deepspeed package" in _skip_reason("lightning_fit", plan(ONE_GPU, None, None), "deepspeed")
-    assert "lightning" in _skip_reason("lightning_fit", plan({**CPU, "lightning": False}, None, None), "ddp")
+    assert "deepspeed package" in _skip_reason(
+        "lightning_fit", plan(ONE_GPU, None, None), "deepspeed"
+    )
+    assert "lightning" in _skip_reason(
+        "lightning_fit", plan({**CPU, "lightning": False}, None, None), "ddp"
+    )
     assert _skip_reason("duplicate_gpu", plan(ONE_GPU, None, None), "ddp") is None
     assert "gloo" in _skip_reason("duplicate_gpu", plan(ONE_GPU, None, "gloo"), "ddp")
 
 
 def test_child_env_drops_launcher_variables_and_keeps_nccl_settings(monkeypatch):
-    for name, value in {"RANK": "3", "MASTER_PORT": "1", "SLURM_PROCID": "3", "TORCHELASTIC_RUN_ID": "x",
-                        "NCCL_P2P_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "1,2"}.items():  # fmt: skip
+    for name, value in {
+        "RANK": "3",
+        "MASTER_PORT": "1",
+        "SLURM_PROCID": "3",
+        "TORCHELASTIC_RUN_ID": "x",
+        "NCCL_P2P_DISABLE": "1",
+        "CUDA_VISIBLE_DEVICES": "1,2",
+    }.items():
         monkeypatch.setenv(name, value)
     env = child_env({"LOCAL_RANK": "1"})
     assert not {"RANK", "MASTER_PORT", "SLURM_PROCID", "TORCHELASTIC_RUN_ID"} & set(env)
-    assert env["NCCL_P2P_DISABLE"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "1,2" and env["LOCAL_RANK"] == "1"
+    assert (
+        env["NCCL_P2P_DISABLE"] == "1"
+        and env["CUDA_VISIBLE_DEVICES"] == "1,2"
+        and env["LOCAL_RANK"] == "1"
+    )
 
 
 @pytest.mark.parametrize(

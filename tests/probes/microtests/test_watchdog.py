@@ -76,7 +76,9 @@ def test_first_failure_ends_the_run_after_a_grace(tmp_path):
 
 def test_a_process_killed_by_a_signal_is_reported_with_it(tmp_path):
     watched = supervise(
-        [_python(0, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")], tmp_path, timeout_s=20
+        [_python(0, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")],
+        tmp_path,
+        timeout_s=20,
     )
     assert watched.exits[0].signalled
     assert watched.exits[0].describe() == "signal SIGKILL"

@@ -10,7 +10,10 @@ from probes.microtests.worker import classify, planted_fault
 def test_a_monitored_barrier_timeout_names_the_missing_ranks():
     text = "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 2039 ms"
     assert classify(text) == (True, [1, 3])
-    assert classify("RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 9 ms") == (True, [2])
+    assert classify("RuntimeError: [Rank 0]: Rank 2 failed to pass monitoredBarrier in 9 ms") == (
+        True,
+        [2],
+    )
 
 
 def test_other_errors_are_neither_timeouts_nor_name_ranks():
