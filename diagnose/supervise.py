@@ -1,0 +1,478 @@
+"""``diagnose run -- CMD``: supervise a training job, catch a hang, name its cause.
+
+The command starts in its own session (so its whole tree can be signalled as one group),
+its output passes through unchanged (its stdout goes to stderr when stdout must carry a
+JSON or markdown document) and a copy is kept in ``OUT/output.log``. Progress is new
+output, or a process of the job using more than ``CPU_BUSY`` of a core. After
+``--hang-after`` seconds without progress, or ``SILENT_BUSY_FACTOR`` times that without
+output while some process spins (NCCL busy-waits at 100% CPU in a collective that never
+completes), the job is declared hung: every rank's stack is taken (``probes.hang``), the
+tree is ended (TERM, then KILL after ``--grace``) unless ``--keep``, and the output up to
+the moment of the hang goes through the offline log reader. A job that ends by itself is
+diagnosed from its log alone. The report is printed and saved in OUT with the log.
+
+Exit status: the job's own when it ended by itself (128+N for a signal N), ``Exit.FINDINGS``
+(1) for a hang, 130 when interrupted; 2 and 3 as everywhere else.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from diagnose.cli import Exit, UsageError, _kb_option, _Parser
+
+DEFAULT_HANG_AFTER_S = 300.0
+DEFAULT_GRACE_S = 10.0
+CPU_BUSY = 0.10  # of one core, per process, over a poll interval
+SILENT_BUSY_FACTOR = 3.0
+TREE_REFRESH_S = 5.0  # a full process scan costs far more than reading known processes
+FR_BUFFER_ENTRIES = "2000"
+INTERRUPTED = 130
+
+
+def build_run_parser() -> _Parser:
+    parser = _Parser(
+        prog="diagnose run",
+        description="Run a training command under supervision: pass its output through, detect a hang, "
+        "take every rank's stack, end the job and diagnose it. Usage: diagnose run [options] -- CMD ARGS...",
+        epilog="Exit status: the job's own when it ends by itself, 1 on a hang, 2 bad usage, 3 internal failure.",
+    )
+    parser.add_argument("--hang-after", type=float, default=DEFAULT_HANG_AFTER_S, metavar="S", help=f"seconds without progress before the job counts as hung (default {DEFAULT_HANG_AFTER_S:g})")
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="S", help=f"seconds between TERM and KILL when ending a hung job (default {DEFAULT_GRACE_S:g})")
+    parser.add_argument("--keep", action="store_true", help="leave a hung job running after taking its stacks")
+    parser.add_argument("--out", metavar="DIR", help="where the log, report and dumps go (default ./diagnose-run-TIMESTAMP)")
+    parser.add_argument("--no-debug-env", action="store_true", help="do not turn on the Flight Recorder and TORCH_NCCL_DESYNC_DEBUG")
+    parser.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
+    parser.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default text)")
+    _kb_option(parser)
+    return parser
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" not in argv:
+        build_run_parser().parse_known_args(argv)  # --help, and option errors, come first
+        raise UsageError("give the command after `--`: diagnose run [options] -- CMD ARGS...")
+    cut = argv.index("--")
+    if cut == len(argv) - 1:
+        raise UsageError("no command after `--`")
+    return argv[:cut], argv[cut + 1 :]
+
+
+# --- the job's environment -------------------------------------------------------------------
+
+
+def job_env(base: Mapping[str, str], out: Path, debug_env: bool) -> tuple[dict[str, str], Path | None]:
+    """The job's environment and the Flight Recorder dump folder (None when it is off).
+
+    Variables the user set are kept as they are: only unset ones get diagnose's values.
+    """
+    from probes.hang import HOOK_DIR, HOOK_SIGNAL
+
+    env = dict(base)
+    hook_dir = out / ".hook"
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *filter(None, [base.get("PYTHONPATH")])])
+    env["DIAGNOSE_HOOK_DIR"] = str(hook_dir)
+    env["DIAGNOSE_HOOK_SIGNAL"] = str(HOOK_SIGNAL)
+    if not debug_env:
+        return env, None
+    fr_dir = out / "flight-recorder"
+    size = env.get("TORCH_FR_BUFFER_SIZE") or env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or FR_BUFFER_ENTRIES
+    env.setdefault("TORCH_FR_BUFFER_SIZE", size)
+    env.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(fr_dir / "nccl_trace_rank_"))
+    if _older_torch():  # newer torch warns about the old names
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", size)
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(fr_dir / "nccl_trace_rank_"))
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    env.setdefault("TORCH_NCCL_DESYNC_DEBUG", "1")
+    if env["TORCH_FR_BUFFER_SIZE"].strip() in ("", "0"):
+        return env, None
+    env["DIAGNOSE_FR_DIR"] = str(fr_dir)
+    return env, fr_dir
+
+
+def _older_torch() -> bool:
+    """Whether the job's torch may predate the TORCH_FR_* names (2.7); unknown counts as yes."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version("torch")).release < (2, 7)
+    except (PackageNotFoundError, InvalidVersion):
+        return True
+
+
+# --- supervision ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    outcome: str  # finished, crashed, hung, interrupted
+    exit_code: int | None
+    idle_s: float | None = None
+    log_path: Path | None = None
+    log_bytes: int = 0  # how much of the log to diagnose: up to the hang, not its teardown
+    hang: object = None  # probes.facts.Hang when hung
+    rank_env: dict[str, str] | None = None  # the environment of one rank, for launcher facts
+    detected_after_s: float | None = None  # from the last progress to the stacks being taken
+    notes: list[str] = field(default_factory=list)
+
+
+class _Tee:
+    """Copies a child's stream to one of ours unchanged and into the shared log."""
+
+    def __init__(self, log: IO[bytes]) -> None:
+        self.log = log
+        self.lock = threading.Lock()
+        self.written = 0
+        self.last_output = time.monotonic()
+        self.threads: list[threading.Thread] = []
+
+    def start(self, stream: IO[bytes], sink: IO[bytes]) -> None:
+        thread = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _pump(self, stream: IO[bytes], sink: IO[bytes]) -> None:
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.last_output = time.monotonic()
+            with self.lock:
+                self.log.write(chunk)
+                self.log.flush()
+                self.written += len(chunk)
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):
+                pass  # our own output went away; keep the copy anyway
+        stream.close()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class _CpuWatch:
+    """Whether any process of the job used a noticeable share of a core since the last look."""
+
+    def __init__(self, root_pid: int, refresh_s: float) -> None:
+        self.root_pid = root_pid
+        self.refresh_s = refresh_s
+        self.procs: dict[int, psutil.Process] = {}
+        self.seen: dict[int, float] = {}
+        self.refreshed = 0.0
+        self.rank_env: dict[str, str] | None = None
+
+    def _refresh(self, now: float) -> None:
+        self.refreshed = now
+        try:
+            root = psutil.Process(self.root_pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        self.procs = {p.pid: p for p in tree}
+        if self.rank_env is None:
+            for proc in tree:
+                try:
+                    env = proc.environ()
+                except (psutil.Error, OSError):
+                    continue
+                if "RANK" in env or "LOCAL_RANK" in env:
+                    self.rank_env = env
+                    break
+
+    def busy(self, now: float, interval: float) -> bool:
+        if now - self.refreshed >= self.refresh_s:
+            self._refresh(now)
+        busy = False
+        wall = time.time()
+        for pid, proc in list(self.procs.items()):
+            try:
+                times = proc.cpu_times()
+                # a process not seen before is measured over its life so far
+                before, span = self.seen.get(pid), interval
+                if before is None:
+                    before, span = 0.0, max(interval, wall - proc.create_time())
+            except psutil.Error:
+                self.procs.pop(pid, None)
+                continue
+            total = times.user + times.system
+            self.seen[pid] = total
+            if total - before > CPU_BUSY * span:
+                busy = True
+        return busy
+
+
+def end_tree(pid: int, grace: float) -> None:
+    """TERM the job's process group (launchers pass it on to their workers), KILL every
+    descendant still there after ``grace``."""
+    from probes.runner import kill_tree
+
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        tree = []
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    psutil.wait_procs(tree, timeout=grace)
+    kill_tree(pid)
+    for proc in tree:  # a worker in a session of its own escapes both the group and, once orphaned, the tree
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def supervise(
+    command: Sequence[str],
+    *,
+    out: Path,
+    hang_after: float,
+    keep: bool = False,
+    grace: float = DEFAULT_GRACE_S,
+    env: Mapping[str, str] | None = None,
+    fr_dir: Path | None = None,
+    methods: Sequence[str] = ("py-spy", "faulthandler"),
+    py_spy: str | None = None,
+    stdout: IO[bytes] | None = None,
+    stderr: IO[bytes] | None = None,
+) -> RunResult:
+    """Run ``command`` to its end or its hang; everything it printed is in ``out/output.log``."""
+    from probes.hang import collect_hang, find_pyspy
+
+    out.mkdir(parents=True, exist_ok=True)
+    hook_dir = out / ".hook"
+    hook_dir.mkdir(exist_ok=True)
+    if fr_dir is not None:
+        fr_dir.mkdir(exist_ok=True)
+    log_path = out / "output.log"
+    stdout = stdout or sys.stdout.buffer
+    stderr = stderr or sys.stderr.buffer
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                list(command),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env) if env is not None else None,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise UsageError(f"{command[0]}: cannot start: {exc.strerror or exc}") from None
+        tee = _Tee(log)
+        tee.start(proc.stdout, stdout)
+        tee.start(proc.stderr, stderr)
+        result = _watch(proc, tee, hang_after=hang_after, keep=keep, grace=grace,
+                        collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir,
+                                                     py_spy=py_spy or find_pyspy(), methods=methods))
+        if result.outcome != "hung" or not keep:
+            tee.join(timeout=5.0)
+        result.log_path = log_path
+        if result.outcome != "hung":
+            with tee.lock:
+                result.log_bytes = tee.written
+    return result
+
+
+def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, grace: float, collect) -> RunResult:
+    interval = min(1.0, max(0.1, hang_after / 10))
+    cpu = _CpuWatch(proc.pid, refresh_s=min(TREE_REFRESH_S, hang_after / 3))
+    interrupted = threading.Event()
+
+    def forward(signum, _frame) -> None:
+        interrupted.set()
+        try:
+            os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        last_busy = time.monotonic()
+        while True:
+            try:
+                code = proc.wait(timeout=interval)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code is not None:
+                end_tree(proc.pid, grace=0.5)  # leftovers of a job that ended: nothing may outlive it
+                if interrupted.is_set():
+                    return RunResult("interrupted", _exit_status(code), rank_env=cpu.rank_env)
+                return RunResult("finished" if code == 0 else "crashed", _exit_status(code), rank_env=cpu.rank_env)
+            now = time.monotonic()
+            if cpu.busy(now, interval):
+                last_busy = now
+            last_progress = max(tee.last_output, last_busy)
+            if interrupted.is_set() or (
+                now - last_progress < hang_after and now - tee.last_output < SILENT_BUSY_FACTOR * hang_after
+            ):
+                continue
+            with tee.lock:
+                log_bytes = tee.written
+            hang = collect()
+            result = RunResult("hung", int(Exit.FINDINGS), idle_s=round(now - last_progress, 1),
+                               log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env,
+                               detected_after_s=round(time.monotonic() - last_progress, 2))
+            if now - last_progress < hang_after:
+                result.notes.append(f"no output for {now - tee.last_output:.0f}s while the job kept a CPU busy")
+            if not keep:
+                end_tree(proc.pid, grace)
+                proc.wait()
+            return result
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+# --- facts and report ------------------------------------------------------------------------------
+
+
+def run_facts(command: Sequence[str], result: RunResult):
+    from probes import env as env_probe
+    from probes import launcher as launcher_probe
+    from probes.facts import Facts, Hang
+    from probes.log import read_log
+
+    facts = Facts(
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        inputs=[f"run:{shlex.join(command)[:200]}", f"log:{result.log_path}"],
+    )
+    if result.log_path is not None:
+        with open(result.log_path, "rb") as f:
+            facts.log = read_log(io.BytesIO(f.read(result.log_bytes)), str(result.log_path))
+    if result.rank_env is not None:
+        facts.launcher = launcher_probe.probe(result.rank_env)
+        facts.env = env_probe.probe(result.rank_env)
+    hang = result.hang if result.hang is not None else Hang(source="hang", detected=False)
+    hang.outcome = result.outcome
+    hang.exit_code = result.exit_code if result.outcome != "hung" else None
+    hang.idle_s = result.idle_s
+    facts.hang = hang
+    return facts
+
+
+def summary_lines(result: RunResult, facts, out: Path) -> list[str]:
+    """What happened, for stderr: stdout carries only the report."""
+    lines = []
+    if result.outcome == "hung":
+        ranks = facts.hang.ranks or []
+        methods = sorted({r.method for r in ranks if r.method})
+        lines.append(
+            f"no progress for {result.idle_s:g}s: the job is hung; stacks of {sum(r.method is not None for r in ranks)}"
+            f" of {len(ranks)} rank(s) taken with {', '.join(methods) or 'nothing'}"
+        )
+        for rank in ranks:
+            where = f" at {rank.user_frame.file}:{rank.user_frame.line}" if rank.user_frame else ""
+            lines.append(f"  rank {_rank_name(rank)}: waits in {rank.waiting_in or 'unknown'}{where}")
+        for straggler in facts.hang.stragglers or []:
+            if straggler.ops:
+                calls = ", ".join(f"{op} on rank {rank}" for rank, op in straggler.ops.items())
+                lines.append(f"  flight recorder: collective #{straggler.seq} differs across ranks: {calls}")
+            else:
+                lines.append(
+                    f"  flight recorder: {straggler.op or 'collective'} #{straggler.seq} entered by rank(s) "
+                    f"{_ranks(straggler.entered)}, never by {_ranks(straggler.missing)}"
+                )
+        lines.extend(f"  {note}" for note in result.notes)
+        if facts.hang.unavailable:
+            lines.extend(f"  {why}" for why in facts.hang.unavailable.values())
+    elif result.outcome == "finished":
+        lines.append(f"the job finished (exit {result.exit_code})")
+    else:
+        what = "was interrupted" if result.outcome == "interrupted" else "failed"
+        first = first_failing_rank(facts)
+        lines.append(f"the job {what} (exit {result.exit_code})" + (f"; first failing rank: {first}" if first is not None else ""))
+    lines.append(f"log, report and dumps saved in {out}")
+    return lines
+
+
+def first_failing_rank(facts) -> int | None:
+    signatures = facts.log.signatures or []
+    for sig in signatures:
+        if sig.id == "child_failed" and sig.data.get("first_failing_rank", "").isdigit():
+            return int(sig.data["first_failing_rank"])
+    ranked = sorted((s.line, s.rank) for s in signatures if s.rank is not None and s.id == "python_exception")
+    return ranked[0][1] if ranked else None
+
+
+def _rank_name(rank) -> str:
+    if rank.rank is not None:
+        return str(rank.rank)
+    return f"? (local {rank.local_rank}, pid {rank.pid})" if rank.local_rank is not None else f"? (pid {rank.pid})"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) or "none"
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def cmd_run(argv: Sequence[str]) -> int:
+    options, command = split_command(argv)
+    args = build_run_parser().parse_args(options)
+    if args.json and args.format not in (None, "json"):
+        raise UsageError("--json and --format disagree")
+    fmt = "json" if args.json else args.format or "text"
+    if args.hang_after <= 0 or args.grace < 0:
+        raise UsageError("--hang-after must be positive and --grace not negative")
+    from diagnose.engine import evaluate
+    from diagnose.kb import load_kb
+    from diagnose.render import render
+    from probes.facts import dump_snapshot
+
+    kb = load_kb(args.kb)  # a broken rule stops us before the job starts, not after it hangs
+    out = Path(args.out or f"diagnose-run-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create: {exc.strerror or exc}") from None
+    env, fr_dir = job_env(os.environ, out.resolve(), debug_env=not args.no_debug_env)
+    # a document on stdout must stay parseable: then the job's stdout joins its stderr
+    job_stdout = sys.stdout.buffer if fmt == "text" else sys.stderr.buffer
+    result = supervise(command, out=out, hang_after=args.hang_after, keep=args.keep, grace=args.grace,
+                       env=env, fr_dir=fr_dir, stdout=job_stdout)
+    facts = run_facts(command, result)
+    report = evaluate(facts, kb)
+    (out / "facts.json").write_text(dump_snapshot(facts) + "\n", encoding="utf-8")
+    (out / "report.json").write_text(render(report, "json"), encoding="utf-8")
+    for line in summary_lines(result, facts, out):
+        print(f"diagnose run: {line}", file=sys.stderr, flush=True)
+    color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    sys.stdout.write(render(report, fmt, color=color))
+    sys.stdout.flush()
+    if result.outcome == "interrupted":
+        return INTERRUPTED
+    return result.exit_code if result.exit_code is not None else int(Exit.FINDINGS)

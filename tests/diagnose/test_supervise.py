@@ -1,0 +1,186 @@
+"""diagnose run: real jobs on 2 CPU ranks with gloo, launched by torchrun, under supervision.
+
+Each job sets a 30 s gloo timeout (HANG_TIMEOUT_S), so a supervisor that missed a hang would
+see the job crash instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from diagnose.supervise import job_env, supervise
+from probes.runner import kill_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "hang"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+pytest.importorskip("torch")
+
+
+def line_of(script: Path, text: str) -> int:
+    return next(no for no, line in enumerate(script.read_text().splitlines(), 1) if text in line)
+
+
+def leftovers(out: Path) -> list[psutil.Process]:
+    """Processes started under this run's hook directory that are still alive."""
+    mark = str((out / ".hook").resolve())
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("DIAGNOSE_HOOK_DIR") == mark and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def diagnose_run(out: Path, script: str, *options: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HANG_TIMEOUT_S="30")
+    argv = [sys.executable, "-m", "diagnose", "run", "--hang-after", "3", "--grace", "2", "--out", str(out), *options]
+    proc = subprocess.run([*argv, "--", *TORCHRUN, str(FIXTURES / script)], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert not leftovers(out), "diagnose run left processes behind"
+    return proc
+
+
+def evidence_lines(report: dict, rule: str) -> list[str]:
+    finding = next(f for f in report["findings"] if f["id"] == rule)
+    return [line for item in finding["evidence"] if item["state"] == "fired" for line in item["lines"]]
+
+
+def test_barrier_reached_by_rank_zero_only(tmp_path):
+    proc = diagnose_run(tmp_path, "barrier_rank0.py", "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["top"] == "sync.barrier-divergence"
+    hang = report["facts"]["hang"]
+    assert hang["outcome"] == "hung" and hang["idle_s"] >= 3
+    ranks = sorted(hang["ranks"], key=lambda r: r["rank"])
+    assert [(r["rank"], r["waiting_in"]) for r in ranks] == [(0, "barrier"), (1, "user_code")]
+    assert all(r["method"] in ("py-spy", "faulthandler") for r in ranks)
+    script = FIXTURES / "barrier_rank0.py"
+    barrier_line = line_of(script, "dist.barrier()")
+    assert ranks[0]["user_frame"] == {"file": str(script), "line": barrier_line, "function": "prepare_data"}
+    assert f"rank 0: barrier at {script}:{barrier_line} in prepare_data" in evidence_lines(report, "sync.barrier-divergence")
+    assert f"rank 0: waits in barrier at {script}:{barrier_line}" in proc.stderr
+    # the Flight Recorder, turned on by diagnose run, saw rank 0 enter a barrier rank 1 never reached
+    assert [(s["op"], s["entered"], s["missing"]) for s in hang["stragglers"]] == [("barrier", [0], [1])]
+    assert "rank 0: preparing data" in (tmp_path / "output.log").read_text()
+    assert json.loads((tmp_path / "report.json").read_text())["summary"]["top"] == "sync.barrier-divergence"
+
+
+def test_uneven_batches_leave_one_rank_in_all_reduce(tmp_path):
+    proc = diagnose_run(tmp_path, "uneven_batches.py", "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["top"] == "sync.barrier-divergence"
+    ranks = sorted(report["facts"]["hang"]["ranks"], key=lambda r: r["rank"])
+    assert [(r["rank"], r["waiting_in"]) for r in ranks] == [(0, "all_reduce"), (1, "barrier")]
+    script = FIXTURES / "uneven_batches.py"
+    lines = evidence_lines(report, "sync.barrier-divergence")
+    assert f"rank 1: barrier at {script}:{line_of(script, 'dist.barrier()')} in main" in lines
+    assert f"rank 0: all_reduce at {script}:{line_of(script, 'dist.all_reduce(param.grad)')} in average_gradients" in lines
+    stragglers = report["facts"]["hang"]["stragglers"]
+    assert [s["ops"] for s in stragglers] == [{"0": "all_reduce", "1": "barrier"}]
+
+
+def test_crash_on_rank_one_is_diagnosed_from_the_log(tmp_path):
+    proc = diagnose_run(tmp_path, "raise_rank1.py", "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the job's own exit status
+    report = json.loads(proc.stdout)
+    hang = report["facts"]["hang"]
+    assert (hang["outcome"], hang["exit_code"], hang["ranks"]) == ("crashed", 1, None)
+    assert "the job failed (exit 1); first failing rank: 1" in proc.stderr
+    assert report["summary"]["top"] == "hang.rank-failed-first"
+    assert any("rank 1" in line and "ValueError: shard 1 is empty" in line for line in evidence_lines(report, "hang.rank-failed-first"))
+
+
+def test_a_job_that_finishes_passes_its_exit_code_through(tmp_path):
+    proc = diagnose_run(tmp_path, "healthy.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rank 0: step 3/3 sum 5" in proc.stdout  # its output, passed through
+    assert "lightning-diagnose" in proc.stdout  # then the report
+    assert "diagnose run: the job finished (exit 0)" in proc.stderr
+    facts = json.loads((tmp_path / "facts.json").read_text())
+    assert (facts["hang"]["outcome"], facts["hang"]["exit_code"], facts["hang"]["detected"]) == ("finished", 0, False)
+
+
+def test_without_ptrace_the_faulthandler_hook_takes_the_stacks(tmp_path):
+    env, fr_dir = job_env(dict(os.environ, HANG_TIMEOUT_S="30"), tmp_path.resolve(), debug_env=True)
+    sink = io.BytesIO()
+    result = supervise(
+        [*TORCHRUN, str(FIXTURES / "barrier_rank0.py")],
+        out=tmp_path, hang_after=3, grace=2, env=env, fr_dir=fr_dir, py_spy=str(tmp_path / "no-py-spy"), stdout=sink, stderr=sink,
+    )
+    assert result.outcome == "hung"
+    ranks = sorted(result.hang.ranks, key=lambda r: r.rank)
+    assert [(r.rank, r.method, r.waiting_in) for r in ranks] == [(0, "faulthandler", "barrier"), (1, "faulthandler", "user_code")]
+    assert "not found" in result.hang.unavailable["ranks.method"]
+    assert b"rank 1: training" in sink.getvalue()
+    assert not leftovers(tmp_path)
+
+
+# --- without torch: the supervisor's own behaviour ---------------------------------------------
+
+
+def test_keep_leaves_a_hung_job_running(tmp_path):
+    script = tmp_path / "stuck.py"
+    script.write_text("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.2)\n")
+    sink = io.BytesIO()
+    result = supervise([sys.executable, str(script)], out=tmp_path, hang_after=1, keep=True, stdout=sink, stderr=sink)
+    try:
+        assert result.outcome == "hung"
+        (stack,) = result.hang.ranks
+        assert (stack.rank, stack.waiting_in, stack.user_frame.line) == (None, "user_code", 4)
+        assert psutil.pid_exists(stack.pid) and psutil.Process(stack.pid).status() != psutil.STATUS_ZOMBIE
+    finally:
+        kill_tree(stack.pid)
+
+
+def test_a_busy_silent_job_is_declared_hung_only_after_longer(tmp_path):
+    script = tmp_path / "spin.py"
+    script.write_text("print('spinning', flush=True)\nwhile True:\n    pass\n")
+    start = time.monotonic()
+    sink = io.BytesIO()
+    result = supervise([sys.executable, str(script)], out=tmp_path, hang_after=1, grace=1, stdout=sink, stderr=sink)
+    assert result.outcome == "hung"
+    assert time.monotonic() - start >= 3.0  # SILENT_BUSY_FACTOR x --hang-after, not --hang-after
+    assert any("kept a CPU busy" in note for note in result.notes)
+    assert not psutil.pid_exists(result.hang.ranks[0].pid)
+
+
+def test_debug_env_keeps_what_the_user_set(tmp_path):
+    env, fr_dir = job_env({"TORCH_NCCL_DESYNC_DEBUG": "0", "PYTHONPATH": "/mine"}, tmp_path, debug_env=True)
+    assert env["TORCH_NCCL_DESYNC_DEBUG"] == "0"
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and fr_dir == tmp_path / "flight-recorder"
+    assert env["TORCH_FR_DUMP_TEMP_FILE"].startswith(str(fr_dir))
+    assert env["PYTHONPATH"].endswith(os.pathsep + "/mine")
+    off, no_dir = job_env({}, tmp_path, debug_env=False)
+    assert no_dir is None and not any(k.startswith("TORCH_") for k in off)
+    disabled, none_dir = job_env({"TORCH_FR_BUFFER_SIZE": "0"}, tmp_path, debug_env=True)
+    assert none_dir is None and disabled["TORCH_FR_BUFFER_SIZE"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "python"], "give the command after `--`"),
+        (["run", "--"], "no command after `--`"),
+        (["run", "--hang-after", "0", "--", "true"], "--hang-after must be positive"),
+        (["run", "--out", "{out}", "--", "/no/such/program"], "/no/such/program: cannot start"),
+    ],
+)
+def test_usage_errors_are_one_line(tmp_path, args, message):
+    argv = [a.replace("{out}", str(tmp_path)) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "diagnose", *argv], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr
