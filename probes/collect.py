@@ -120,10 +120,11 @@ def _host_detail(facts: Facts) -> str:
 
 
 def _report_gpus(facts: Facts, report: Progress) -> None:
-    reason = facts.gpus.unavailable.get("count")
-    if facts.gpus.count is None:
-        facts.skipped.append(Skipped(what="gpus", reason=reason or "unknown"))
-        report("gpus", "skipped" if reason and reason.startswith(gpus.NO_NVML) else "failed", reason)
+    reason = facts.gpus.unavailable.get("devices")
+    if facts.gpus.devices is None:
+        on_bus = "" if facts.gpus.count is None else f"{facts.gpus.count} NVIDIA GPU(s) on the PCI bus; "
+        facts.skipped.append(Skipped(what="gpus", reason=on_bus + (reason or "unknown")))
+        report("gpus", "skipped" if reason and reason.startswith(gpus.NO_NVML) else "failed", on_bus + (reason or ""))
         return
     report("gpus", "passed", f"{facts.gpus.count} GPU(s), driver {facts.driver.version}")
 

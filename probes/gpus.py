@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -61,18 +62,24 @@ def probe(
     *,
     environ: Mapping[str, str] | None = None,
     read_proc: ProcessReader = read_process,
+    pci_root: Path | None = None,
 ) -> tuple[Gpus, Driver]:
-    """``nvml`` is the ``pynvml`` module, or a stand-in replaying recorded answers."""
+    """``nvml`` is the ``pynvml`` module, or a stand-in replaying recorded answers.
+
+    ``pci_root`` is where PCI devices are listed (default /sys/bus/pci/devices), read only
+    when NVML cannot answer.
+    """
+    pci_root = PCI_DEVICES if pci_root is None else pci_root
     environ = os.environ if environ is None else environ
     if nvml is None:
         try:
             import pynvml as nvml
         except ImportError:
-            return unanswered(f"{NO_NVML}: nvidia-ml-py is not installed", environ)
+            return unanswered(f"{NO_NVML}: nvidia-ml-py is not installed", environ, pci_root)
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
-        return unanswered(f"{NO_NVML}: {exc}", environ)
+        return unanswered(f"{NO_NVML}: {exc}", environ, pci_root)
     gpus, driver = _sections(environ)
     try:
         _read(nvml, gpus, driver, read_proc)
@@ -81,14 +88,44 @@ def probe(
     return gpus, driver
 
 
-def unanswered(reason: str, environ: Mapping[str, str]) -> tuple[Gpus, Driver]:
-    """The sections when NVML gave nothing: every field carries ``reason``."""
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+NVIDIA_VENDOR = "0x10de"
+
+
+def unanswered(reason: str, environ: Mapping[str, str], pci_root: Path | None = PCI_DEVICES) -> tuple[Gpus, Driver]:
+    """The sections when NVML gave nothing: every field carries ``reason``.
+
+    The GPU count can still be known from the PCI bus: no NVIDIA display controller means
+    none to drive (a CPU machine), and a count without a driver is a fact rules need.
+    """
     gpus, driver = _sections(environ)
     for field in ("count", "devices", "topology"):
         gpus.unavailable[field] = reason
     for field in ("version", "cuda_version"):
         driver.unavailable[field] = reason
+    on_bus = nvidia_pci_gpus(pci_root) if pci_root is not None else None
+    if on_bus is not None:
+        gpus.count = on_bus
+        gpus.unavailable.pop("count")
     return gpus, driver
+
+
+
+def nvidia_pci_gpus(root: Path) -> int | None:
+    """NVIDIA display/3D controllers on the PCI bus (class 0x03xxxx); None when unreadable."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return None
+    count = 0
+    for entry in entries:
+        try:
+            vendor = (entry / "vendor").read_text().strip()
+            klass = (entry / "class").read_text().strip()
+        except OSError:
+            continue
+        count += vendor == NVIDIA_VENDOR and klass.startswith("0x03")
+    return count
 
 
 def _sections(environ: Mapping[str, str]) -> tuple[Gpus, Driver]:

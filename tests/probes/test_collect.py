@@ -44,8 +44,8 @@ def test_this_machine(tmp_path) -> None:  # noqa: ANN001
     assert facts.packages.values["lightning"] == metadata.version("lightning") and facts.packages.complete
     assert facts.host.shm_total_bytes is not None
     assert facts.launcher.kind in {"none", "torchrun", "slurm", "mpirun", "deepspeed", "jupyter"}
-    if facts.gpus.count is None:  # no GPU: a reason and a skipped entry, never an exception
-        assert facts.gpus.unavailable["count"].startswith("no NVIDIA driver/NVML")
+    if facts.gpus.devices is None:  # no driver: a reason and a skipped entry, never an exception
+        assert facts.gpus.unavailable["devices"].startswith("no NVIDIA driver/NVML")
         assert [s.what for s in facts.skipped] == ["gpus"]
     else:
         assert facts.driver.version and len(facts.gpus.devices) == facts.gpus.count
@@ -54,7 +54,7 @@ def test_this_machine(tmp_path) -> None:  # noqa: ANN001
     assert {step for step, state, _ in progress.events if state == "running"} == set(collect.STEPS)
     final = progress.final()
     assert set(final) == set(collect.STEPS)
-    assert final["gpus"][0] == ("skipped" if facts.gpus.count is None else "passed")
+    assert final["gpus"][0] == ("skipped" if facts.gpus.devices is None else "passed")
     assert final["torch"][0] == "passed" and final["torch"][1].startswith(f"{facts.torch.version} ")
     # and the snapshot reads back the same
     path = tmp_path / "snap.json"
@@ -148,6 +148,6 @@ def test_a_hung_nvml_is_abandoned_at_its_deadline() -> None:
         release.set()
 
     reason = "NVML did not answer within 0.5 s: the driver may be hung"
-    assert facts.gpus.unavailable["count"] == reason and facts.driver.unavailable["version"] == reason
+    assert facts.gpus.unavailable["devices"] == reason and facts.driver.unavailable["version"] == reason
     assert progress.final()["gpus"] == ("failed", reason)
     assert facts.errors == [] and facts.host.source == "live"

@@ -254,8 +254,9 @@ def test_nvidia_ml_py_newer_than_the_driver() -> None:
     ("error", "message"),
     [("DRIVER_NOT_LOADED", "Driver Not Loaded"), ("LIBRARY_NOT_FOUND", "NVML Shared Library Not Found")],
 )
-def test_no_driver_is_a_reason_for_every_field(error: str, message: str) -> None:
-    found, driver = gpus.probe(FakeNvml({}, init_error=error), environ={"CUDA_VISIBLE_DEVICES": "0,0"})
+def test_no_driver_is_a_reason_for_every_field(error: str, message: str, tmp_path) -> None:  # noqa: ANN001
+    unreadable = tmp_path / "no-such-bus"
+    found, driver = gpus.probe(FakeNvml({}, init_error=error), environ={"CUDA_VISIBLE_DEVICES": "0,0"}, pci_root=unreadable)
 
     reason = f"{gpus.NO_NVML}: {message}"
     assert found.unavailable == {"count": reason, "devices": reason, "topology": reason}
@@ -265,17 +266,40 @@ def test_no_driver_is_a_reason_for_every_field(error: str, message: str) -> None
     assert found.visible == ["0", "0"] and found.visible_duplicates is True
 
 
-def test_nvidia_ml_py_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_ml_py_missing(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
     monkeypatch.setitem(__import__("sys").modules, "pynvml", None)
-    found, _ = gpus.probe(environ={})
+    found, _ = gpus.probe(environ={}, pci_root=tmp_path / "no-such-bus")
     assert found.unavailable["count"] == f"{gpus.NO_NVML}: nvidia-ml-py is not installed"
+
+
+def _pci_device(root, name: str, vendor: str, klass: str) -> None:  # noqa: ANN001
+    (root / name).mkdir(parents=True)
+    (root / name / "vendor").write_text(vendor + "\n")
+    (root / name / "class").write_text(klass + "\n")
+
+
+def test_without_a_driver_the_pci_bus_still_counts_gpus(tmp_path) -> None:  # noqa: ANN001
+    _pci_device(tmp_path, "0000:01:00.0", "0x10de", "0x030000")  # a GeForce: VGA controller
+    _pci_device(tmp_path, "0000:01:00.1", "0x10de", "0x040300")  # its HDMI audio function
+    _pci_device(tmp_path, "0000:41:00.0", "0x10de", "0x030200")  # a datacenter GPU: 3D controller
+    _pci_device(tmp_path, "0000:00:02.0", "0x8086", "0x030000")  # an Intel iGPU
+    found, driver = gpus.probe(FakeNvml({}, init_error="DRIVER_NOT_LOADED"), environ={}, pci_root=tmp_path)
+    assert found.count == 2 and found.devices is None
+    assert "count" not in found.unavailable and found.unavailable["devices"].startswith(gpus.NO_NVML)
+    assert driver.version is None
+
+
+def test_a_cpu_machine_has_zero_gpus_not_unknown(tmp_path) -> None:  # noqa: ANN001
+    _pci_device(tmp_path, "0000:00:02.0", "0x8086", "0x030000")
+    found, _ = gpus.probe(FakeNvml({}, init_error="LIBRARY_NOT_FOUND"), environ={}, pci_root=tmp_path)
+    assert found.count == 0
 
 
 def test_this_machine_for_real() -> None:
     """The real NVML path: on a GPU-less machine a reason, never an exception."""
     found, driver = gpus.probe()
-    if found.count is not None:
+    if found.devices is not None:
         assert driver.version and len(found.devices) == found.count
     else:
-        assert found.unavailable["count"].startswith(gpus.NO_NVML)
-        assert driver.unavailable["version"] == found.unavailable["count"]
+        assert found.unavailable["devices"].startswith(gpus.NO_NVML)
+        assert driver.unavailable["version"] == found.unavailable["devices"]
