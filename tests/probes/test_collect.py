@@ -149,5 +149,6 @@ def test_a_hung_nvml_is_abandoned_at_its_deadline() -> None:
 
     reason = "NVML did not answer within 0.5 s: the driver may be hung"
     assert facts.gpus.unavailable["devices"] == reason and facts.driver.unavailable["version"] == reason
-    assert progress.final()["gpus"] == ("failed", reason)
+    state, detail = progress.final()["gpus"]
+    assert state == "failed" and detail.endswith(reason)  # after this machine's PCI count
     assert facts.errors == [] and facts.host.source == "live"
