@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 SCHEMA_VERSION = 1
 
@@ -193,9 +193,8 @@ class Gpus(Section):
 
     @property
     def processes_on_gpu0(self) -> int | None:
-        if not self.devices or self.devices[0].processes is None:
-            return None
-        return len(self.devices[0].processes)
+        gpu0 = next((d for d in self.devices or [] if d.index == 0), None)
+        return None if gpu0 is None or gpu0.processes is None else len(gpu0.processes)
 
     @property
     def max_processes_per_gpu(self) -> int | None:
@@ -367,6 +366,168 @@ class ProbeError(_Model):
     message: str
 
 
+# --- cluster: one job across nodes, gathered by its rank 0 ------------------------------------
+
+# Variables every node of one job should agree on; rank- and node-specific ones (RANK,
+# SLURM_NODEID, TORCHELASTIC_*, CUDA_VISIBLE_DEVICES) legitimately differ and are left out.
+_AGREED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "GLOO_")
+_AGREED_ENV_NAMES = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF"})
+_NODE_SPECIFIC_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+# A node is slow when its inter-node bandwidth is below this share of the median of all nodes'.
+SLOW_NODE_FRACTION = 0.5
+
+
+def _agreed(name: str) -> bool:
+    return name not in _NODE_SPECIFIC_ENV and (name in _AGREED_ENV_NAMES or name.startswith(_AGREED_ENV_PREFIXES))
+
+
+class ClusterRank(_Model):
+    rank: int
+    node: str | None = None  # the name of its node, as in ``Cluster.nodes``
+    local_rank: int | None = None
+    pid: int | None = None
+    # reported: it sent its facts; silent: it joined but its facts never came; missing: never joined
+    state: Literal["reported", "silent", "missing"]
+    step: str | None = None  # the last step it announced: where a silent rank got to
+    error: str | None = None
+    device: str | None = None  # cuda:0, cpu
+    device_name: str | None = None
+    device_uuid: str | None = None
+
+
+class ClusterNode(_Model):
+    """One node's own facts, collected once on it by its local rank 0."""
+
+    name: str  # DIAGNOSE_NODE_NAME, else SLURMD_NODENAME, else the hostname
+    node_rank: int | None = None
+    hostname: str | None = None
+    ranks: list[int] = Field(default_factory=list)
+    reported: bool = False  # its node facts arrived at rank 0
+    intra_busbw_gbps: float | None = None  # all_reduce among its own ranks
+    inter_gbps: float | None = None  # send/recv between rank 0 and this node's first rank
+    host: Host | None = None
+    packages: Packages | None = None
+    env: Env | None = None
+    torch: TorchBuild | None = None
+    gpus: Gpus | None = None
+    driver: Driver | None = None
+    launcher: Launcher | None = None
+    errors: list[ProbeError] = Field(default_factory=list)
+
+    def versions(self) -> dict[str, str | None]:
+        """The components that must match across nodes, by name."""
+        t, p = self.torch, self.packages
+        return {
+            "torch": t.version if t else None,
+            "cuda": t.cuda if t else None,
+            "cudnn": t.cudnn if t else None,
+            "nccl": t.nccl if t else None,
+            "driver": self.driver.version if self.driver else None,
+            "python": self.host.python if self.host else None,
+            "lightning": p.values.get("lightning") if p else None,
+            "pytorch-lightning": p.values.get("pytorch-lightning") if p else None,
+        }
+
+    @property
+    def gpu_slots(self) -> int | None:
+        """GPUs the job may use here: SLURM's allocation when it says, else what NVML sees."""
+        if self.launcher and self.launcher.slurm_gpus_on_node is not None:
+            return self.launcher.slurm_gpus_on_node
+        return self.gpus.count if self.gpus else None
+
+
+class Cluster(Section):
+    world_size: int | None = None
+    nnodes: int | None = None  # nodes expected
+    backend: str | None = None
+    nodes: list[ClusterNode] = Field(default_factory=list)
+    ranks: list[ClusterRank] = Field(default_factory=list)
+    derived: ClassVar[tuple[str, ...]] = (
+        "missing_ranks",
+        "missing_nodes",
+        "silent_ranks",
+        "differing_env",
+        "differing_versions",
+        "gpu_models",
+        "slow_nodes",
+        "ranks_exceed_gpus",
+        "gpus_exceed_ranks",
+    )
+
+    def _reported(self) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.reported]
+
+    @property
+    def missing_ranks(self) -> list[int] | None:
+        return [r.rank for r in self.ranks if r.state == "missing"] if self.ranks else None
+
+    @property
+    def missing_nodes(self) -> list[str] | None:
+        """Nodes none of whose ranks joined."""
+        if not self.ranks:
+            return None
+        joined = {r.node for r in self.ranks if r.state != "missing"}
+        return sorted({r.node or "?" for r in self.ranks if r.state == "missing" and r.node not in joined})
+
+    @property
+    def silent_ranks(self) -> list[int] | None:
+        return [r.rank for r in self.ranks if r.state == "silent"] if self.ranks else None
+
+    @property
+    def differing_env(self) -> list[str] | None:
+        """Job-wide variables (NCCL_*, TORCH_*, ...) whose value differs between nodes; unset counts."""
+        envs = [n.env for n in self._reported() if n.env is not None and n.env.complete]
+        if len(envs) < 2:
+            return None
+        names = {name for env in envs for name in env.values if _agreed(name)}
+        return sorted(name for name in names if len({env.values.get(name) for env in envs}) > 1)
+
+    @property
+    def differing_versions(self) -> list[str] | None:
+        """Components (torch, cuda, nccl, driver, lightning, ...) with different versions on different nodes."""
+        nodes = self._reported()
+        if len(nodes) < 2:
+            return None
+        seen: dict[str, set[str]] = {}
+        for node in nodes:
+            for name, version in node.versions().items():
+                if version is not None:
+                    seen.setdefault(name, set()).add(version)
+        return sorted(name for name, versions in seen.items() if len(versions) > 1)
+
+    @property
+    def gpu_models(self) -> list[str] | None:
+        models = {m for n in self._reported() if n.gpus and n.gpus.models for m in n.gpus.models}
+        return sorted(models) if models else None
+
+    @property
+    def slow_nodes(self) -> list[str] | None:
+        measured = [(n.name, n.inter_gbps) for n in self.nodes if n.inter_gbps is not None]
+        if len(measured) < 2:
+            return None
+        values = sorted(v for _, v in measured)
+        mid = len(values) // 2
+        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        return [name for name, v in measured if v < SLOW_NODE_FRACTION * median]
+
+    def _slots_vs_ranks(self) -> list[tuple[str, int, int]] | None:
+        pairs = [(n.name, len(n.ranks), n.gpu_slots) for n in self._reported()]
+        known = [(name, ranks, slots) for name, ranks, slots in pairs if slots]
+        return known or None
+
+    @property
+    def ranks_exceed_gpus(self) -> list[str] | None:
+        """Nodes running more ranks than they have GPUs: two ranks share a device."""
+        pairs = self._slots_vs_ranks()
+        return None if pairs is None else [name for name, ranks, slots in pairs if ranks > slots]
+
+    @property
+    def gpus_exceed_ranks(self) -> list[str] | None:
+        """Nodes with GPUs that no rank uses."""
+        pairs = self._slots_vs_ranks()
+        return None if pairs is None else [name for name, ranks, slots in pairs if ranks < slots]
+
+
 class Skipped(_Model):
     what: str
     reason: str
@@ -388,6 +549,16 @@ class Facts(_Model):
     hang: Hang = Field(default_factory=Hang)
     errors: list[ProbeError] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
+    # a multi-node job (`diagnose cluster`): the sections above are then rank 0's node
+    cluster: Cluster | None = None
+
+    @model_serializer(mode="wrap")
+    def _single_machine_unchanged(self, handler: Any) -> Any:
+        # a single-machine snapshot reads exactly as before the cluster shape existed
+        data = handler(self)
+        if self.cluster is None and isinstance(data, dict):
+            data.pop("cluster", None)
+        return data
 
 
 # --- snapshots --------------------------------------------------------------------------------
