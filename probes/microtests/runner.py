@@ -18,6 +18,7 @@ from probes.facts import MicroTest, MicroTests
 from probes.microtests.channel import RankReport, read_report
 from probes.microtests.checks import SIZES, size_label
 from probes.microtests.watchdog import Launch, Watched, supervise
+from probes.microtests.worker import classify
 
 TEST_NAMES = ("rendezvous", "barrier", "all_reduce", "placement", "duplicate_gpu", "lightning_fit")
 STRATEGIES = ("ddp", "ddp_spawn", "fsdp", "deepspeed")
@@ -35,6 +36,7 @@ _LAUNCHER_VARS = re.compile(
     r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|NODE_RANK|MASTER_ADDR|MASTER_PORT"
     r"|(TORCHELASTIC|SLURM|OMPI|PMI|PMIX)_\w*)"
 )
+_ERROR_LINE = re.compile(r"Error\b|error:|Fatal Python error")
 _CPP_TRACE = re.compile(r"\s*Exception raised from .*", re.DOTALL)
 _MAX_ERROR = 600
 
@@ -97,36 +99,25 @@ def _query(timeout: float) -> dict:
 
 def plan(info: dict, nproc: int | None, backend: str | None) -> Setup:
     cuda = info.get("device_count", 0) if info.get("cuda") else 0
-    if "query_error" in info or "torch_error" in info:
-        why = (
-            info.get("query_error")
-            or f"torch cannot be imported by {info.get('python')}: {info['torch_error']}"
-        )
-        return Setup(info, None, nproc or 2, cuda, skip_all=why)
+    backend = backend or ("nccl" if cuda and info.get("nccl") else "gloo")
+    unusable = _unusable(info, backend, cuda)
+    if unusable:
+        return Setup(info, backend, nproc or 2, cuda, skip_all=unusable)
+    return Setup(info, backend, nproc or (cuda if backend == "nccl" else 2), cuda)
+
+
+def _unusable(info: dict, backend: str, cuda: int) -> str | None:
+    if "query_error" in info:
+        return info["query_error"]
+    if "torch_error" in info:
+        return f"torch cannot be imported by {info.get('python')}: {info['torch_error']}"
     if not info.get("distributed"):
-        return Setup(
-            info,
-            None,
-            nproc or 2,
-            cuda,
-            skip_all="torch.distributed is not available in this torch build",
-        )
-    if backend is None:
-        backend = "nccl" if cuda and info.get("nccl") else "gloo"
+        return "torch.distributed is not available in this torch build"
     if not info.get(backend):
-        return Setup(
-            info, backend, nproc or 2, cuda, skip_all=f"this torch build has no {backend} backend"
-        )
+        return f"this torch build has no {backend} backend"
     if backend == "nccl" and not cuda:
-        return Setup(
-            info,
-            backend,
-            nproc or 2,
-            cuda,
-            skip_all="the nccl backend needs a CUDA GPU; none is visible",
-        )
-    default = cuda if backend == "nccl" else 2
-    return Setup(info, backend, nproc or default, cuda)
+        return "the nccl backend needs a CUDA GPU; none is visible"
+    return None
 
 
 def _skip_reason(name: str, setup: Setup, strategy: str) -> str | None:
@@ -205,31 +196,32 @@ def execute(
     strategy: str = "ddp",
     extra_env: dict[str, str] | None = None,
 ) -> Run:
-    """Start the ranks of one test, supervise them, and collect what they reported."""
+    """Start the ranks of one test, supervise them, and collect what they reported.
+
+    The free port is closed again before rank 0 listens on it; if another process takes it in
+    between, that says nothing about this machine's training, so the test runs once more.
+    """
     nproc, shared, spawn = layout(name, setup, strategy)
-    with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
-        planned = launches(
-            name,
-            setup,
-            backend=backend,
-            strategy=strategy,
-            port=free_port(),
-            deadline=time.time() + timeout,
-            work=work,
-            extra_env=extra_env,
-        )
-        watched = supervise(planned, Path(work), timeout)
-        reports = {rank: read_report(work, rank) for rank in range(nproc)}
-        launcher = read_report(work, "launcher") if spawn else None
-    return Run(
-        watched,
-        reports,
-        launcher,
-        nproc,
-        backend,
-        timeout,
-        {"shared": shared, "strategy": strategy},
-    )
+    for attempt in range(2):
+        with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
+            planned = launches(
+                name,
+                setup,
+                backend=backend,
+                strategy=strategy,
+                port=free_port(),
+                deadline=time.time() + timeout,
+                work=work,
+                extra_env=extra_env,
+            )
+            watched = supervise(planned, Path(work), timeout)
+            reports = {rank: read_report(work, rank) for rank in range(nproc)}
+            launcher = read_report(work, "launcher") if spawn else None
+        errors = " ".join(r.error or "" for r in [*reports.values(), launcher] if r)
+        if attempt or rendezvous_error_kind(errors) != "address_in_use":
+            break
+    extra = {"shared": shared, "strategy": strategy}
+    return Run(watched, reports, launcher, nproc, backend, timeout, extra)
 
 
 def _clean(text: str) -> str:
@@ -241,6 +233,16 @@ def _clean(text: str) -> str:
 def _last_output_line(run: Run, key) -> str:
     lines = [line for line in run.watched.output.get(key, "").splitlines() if line.strip()]
     return lines[-1].strip() if lines else "no output"
+
+
+def _telling_line(output: str) -> str | None:
+    """The line of a dead rank's output that best says why: a timeout, else an error."""
+    lines = [line.strip() for line in reversed(output.splitlines()) if line.strip()]
+    for wanted in (lambda line: classify(line)[0], _ERROR_LINE.search):
+        for line in lines:
+            if wanted(line):
+                return line
+    return None
 
 
 def _rank_states(run: Run) -> dict[str, str]:
@@ -259,7 +261,11 @@ def verdict(run: Run) -> tuple[str, str | None]:
         if exits[key].signalled:
             where = run.reports[key].last_step if isinstance(key, int) else "launch"
             who = f"rank {key}" if isinstance(key, int) else str(key)
-            return "failed", f"{who} died from {exits[key].describe()} at step '{where}'"
+            error = f"{who} died from {exits[key].describe()} at step '{where}'"
+            said = _telling_line(run.watched.output.get(key, ""))
+            # NCCL's own watchdog aborts a rank whose collective outlived the group's timeout.
+            status = "timed_out" if said and classify(said)[0] else "failed"
+            return status, f"{error}: {_clean(said)}" if said else error
     reports = [(k, run.reports.get(k) if isinstance(k, int) else run.launcher) for k in first]
     reported = [(k, r) for k, r in reports if r is not None and r.error]
     if reported:
@@ -349,9 +355,9 @@ def rendezvous_error_kind(text: str) -> str:
 
 def _all_reduce(run: Run) -> dict:
     reports = list(run.reports.values())
-    checked = all(f"all_reduce {size_label(SIZES[-1])}" in r.steps for r in reports)
     wrong = any(r.checks_failed for r in reports)
-    out: dict = {"correct": False if wrong else (True if checked else None), "dtype": "float32"}
+    finished = all(r.done for r in reports)
+    out: dict = {"correct": False if wrong else (True if finished else None), "dtype": "float32"}
     algbws, busbws = [], []
     for size in SIZES:
         label = size_label(size)

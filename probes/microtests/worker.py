@@ -14,6 +14,7 @@ second is ignored, so a stray setting cannot break a real diagnosis.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import json
 import os
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(query()))
         return 0
     _guard(args.parent_pid, args.deadline)
+    # A rank that crashes (SIGSEGV, SIGABRT from NCCL's watchdog) leaves its Python stack.
+    faulthandler.enable()
     channel = Channel(args.out, "launcher" if args.rank is None else args.rank)
     channel.step("started")
     ctx = checks.Context(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
 import psutil
 import pytest
 
-from probes.microtests import TEST_NAMES, run_microtests
+from probes.microtests import TEST_NAMES, run_microtests, runner
 
 pytest.importorskip("torch")
 
@@ -91,3 +92,17 @@ def test_a_wrong_sum_is_caught(plant):
     assert test.status == "failed"
     assert test.measurements["correct"] is False
     assert test.error.startswith("1KB: rank ") and "expected 3.0" in test.error
+
+
+def test_a_port_taken_by_another_process_is_retried_once_then_reported(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picked = []
+        monkeypatch.setattr(runner, "free_port", lambda: picked.append(1) or taken.getsockname()[1])
+        test = run_microtests(["rendezvous"], nproc=2, backend="gloo", timeout=30).rendezvous
+    assert len(picked) == 2
+    assert test.status == "failed"
+    assert test.measurements["error_kind"] == "address_in_use"
+    assert "EADDRINUSE" in test.error
+    assert _leftovers() == []

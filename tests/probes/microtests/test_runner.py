@@ -69,6 +69,35 @@ def test_a_signal_death_outranks_the_errors_it_causes():
     assert error == "rank 1 died from signal SIGKILL at step 'process group up'"
 
 
+def test_a_rank_aborted_by_the_nccl_watchdog_is_timed_out_with_its_words():
+    said = (
+        "[rank0]:[E] [PG ID 0 PG GUID 0(default_pg) Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=256) ran for 5000 milliseconds "
+        "before timing out.\nFatal Python error: Aborted\n\nThread 0x7f (most recent call first):\n"
+        '  File "checks.py", line 160 in all_reduce\n'
+    )
+    run = _run(
+        [RankReport(steps=["all_reduce 1KB"]), _done()], {0: Exit(-6), 1: Exit(0)}, failed_first=[0]
+    )
+    run.watched.output[0] = said
+    status, error = verdict(run)
+    assert status == "timed_out"
+    assert error.startswith("rank 0 died from signal SIGABRT at step 'all_reduce 1KB': [rank0]")
+    assert "Watchdog caught collective operation timeout" in error
+
+
+def test_a_crash_is_explained_by_its_last_error_line():
+    run = _run(
+        [RankReport(steps=["import torch"]), _done()], {0: Exit(-11), 1: Exit(0)}, failed_first=[0]
+    )
+    run.watched.output[0] = "Fatal Python error: Segmentation fault\n\nCurrent thread:\n  File x\n"
+    status, error = verdict(run)
+    assert status == "failed"
+    assert error == "rank 0 died from signal SIGSEGV at step 'import torch': " + (
+        "Fatal Python error: Segmentation fault"
+    )
+
+
 def test_a_timeout_the_rank_reported_is_timed_out():
     waiting = RankReport(
         steps=["barrier"],
