@@ -255,7 +255,13 @@ def cmd_run(argv: Sequence[str]) -> int:
     return run(argv)
 
 
-COMMANDS = {"facts": cmd_facts, "kb": cmd_kb, "schema": cmd_schema, "run": cmd_run}
+def cmd_cluster(argv: Sequence[str]) -> int:
+    from diagnose.cluster import cmd_cluster as run
+
+    return run(argv)
+
+
+COMMANDS = {"facts": cmd_facts, "kb": cmd_kb, "schema": cmd_schema, "run": cmd_run, "cluster": cmd_cluster}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -449,6 +449,7 @@ class Cluster(Section):
         "differing_env",
         "differing_versions",
         "gpu_models",
+        "distinct_gpu_models",
         "slow_nodes",
         "ranks_exceed_gpus",
         "gpus_exceed_ranks",
@@ -499,6 +500,11 @@ class Cluster(Section):
     def gpu_models(self) -> list[str] | None:
         models = {m for n in self._reported() if n.gpus and n.gpus.models for m in n.gpus.models}
         return sorted(models) if models else None
+
+    @property
+    def distinct_gpu_models(self) -> int | None:
+        models = self.gpu_models
+        return len(models) if models else None
 
     @property
     def slow_nodes(self) -> list[str] | None:
