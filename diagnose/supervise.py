@@ -53,11 +53,11 @@ def build_run_parser() -> _Parser:
     )
     parser.add_argument("--hang-after", type=float, default=DEFAULT_HANG_AFTER_S, metavar="S", help=f"seconds without progress before the job counts as hung (default {DEFAULT_HANG_AFTER_S:g})")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="S", help=f"seconds between TERM and KILL when ending a hung job (default {DEFAULT_GRACE_S:g})")
-    parser.add_argument("--keep", action="store_true", help="leave a hung job running after taking its stacks")
+    parser.add_argument("--keep", action="store_true", help="leave a hung job running after taking its stacks (its output is no longer copied once diagnose exits)")
     parser.add_argument("--out", metavar="DIR", help="where the log, report and dumps go (default ./diagnose-run-TIMESTAMP)")
     parser.add_argument("--no-debug-env", action="store_true", help="do not turn on the Flight Recorder and TORCH_NCCL_DESYNC_DEBUG")
     parser.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
-    parser.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default text)")
+    parser.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default: the interactive view at a terminal, else text)")
     _kb_option(parser)
     return parser
 
@@ -445,7 +445,8 @@ def cmd_run(argv: Sequence[str]) -> int:
     args = build_run_parser().parse_args(options)
     if args.json and args.format not in (None, "json"):
         raise UsageError("--json and --format disagree")
-    fmt = "json" if args.json else args.format or "text"
+    requested = "json" if args.json else args.format
+    fmt = requested or "text"
     if args.hang_after <= 0 or args.grace < 0:
         raise UsageError("--hang-after must be positive and --grace not negative")
     from diagnose.engine import evaluate
@@ -470,9 +471,14 @@ def cmd_run(argv: Sequence[str]) -> int:
     (out / "report.json").write_text(render(report, "json"), encoding="utf-8")
     for line in summary_lines(result, facts, out):
         print(f"diagnose run: {line}", file=sys.stderr, flush=True)
-    color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    sys.stdout.write(render(report, fmt, color=color))
-    sys.stdout.flush()
+    if requested is None and sys.stdout.isatty() and sys.stdin.isatty():
+        from diagnose.tui import make_app
+
+        make_app(report=report).run()
+    else:
+        color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        sys.stdout.write(render(report, fmt, color=color))
+        sys.stdout.flush()
     if result.outcome == "interrupted":
         return INTERRUPTED
     return result.exit_code if result.exit_code is not None else int(Exit.FINDINGS)

@@ -44,8 +44,8 @@ def leftovers(out: Path) -> list[psutil.Process]:
     return found
 
 
-def diagnose_run(out: Path, script: str, *options: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HANG_TIMEOUT_S="30")
+def diagnose_run(out: Path, script: str, *options: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HANG_TIMEOUT_S="30", **env_vars)
     argv = [sys.executable, "-m", "diagnose", "run", "--hang-after", "3", "--grace", "2", "--out", str(out), *options]
     proc = subprocess.run([*argv, "--", *TORCHRUN, str(FIXTURES / script)], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert not leftovers(out), "diagnose run left processes behind"
@@ -91,6 +91,15 @@ def test_uneven_batches_leave_one_rank_in_all_reduce(tmp_path):
     assert f"rank 0: all_reduce at {script}:{line_of(script, 'dist.all_reduce(param.grad)')} in average_gradients" in lines
     stragglers = report["facts"]["hang"]["stragglers"]
     assert [s["ops"] for s in stragglers] == [{"0": "all_reduce", "1": "barrier"}]
+
+
+def test_a_detected_collective_mismatch_in_the_log_is_evidence(tmp_path):
+    """With TORCH_DISTRIBUTED_DEBUG=DETAIL the same uneven job fails fast, and says why."""
+    proc = diagnose_run(tmp_path, "uneven_batches.py", "--json", TORCH_DISTRIBUTED_DEBUG="DETAIL")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["facts"]["hang"]["outcome"] == "crashed"
+    assert report["summary"]["top"] == "sync.collective-mismatch"
 
 
 def test_crash_on_rank_one_is_diagnosed_from_the_log(tmp_path):

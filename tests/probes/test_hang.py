@@ -230,7 +230,7 @@ def test_faulthandler_hook_gives_the_stack_without_ptrace(tmp_path):
     (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = '1'\n")
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir()
-    script = "import os, time\nprint(os.environ.get('SITE_RAN'), flush=True)\ndef stuck():\n    while True: time.sleep(0.2)\nstuck()\n"
+    script = "import os, time\ndef stuck():\n    print(os.environ.get('SITE_RAN'), flush=True)\n    while True: time.sleep(0.2)\nstuck()\n"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK_DIR), str(site)]), DIAGNOSE_HOOK_DIR=str(hook_dir), DIAGNOSE_HOOK_SIGNAL=str(HOOK_SIGNAL))
     (tmp_path / "job.py").write_text(script)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "job.py")], stdout=subprocess.PIPE, env=env, start_new_session=True)

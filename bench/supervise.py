@@ -1,0 +1,109 @@
+"""What `diagnose run` costs and how fast it answers, on real 2-rank gloo jobs.
+
+1. Detection latency: the seed's hang (a barrier reached by rank 0 only) under
+   ``diagnose run --hang-after H``. Measured from the job's last line of output (its last
+   progress: both ranks are idle from then on) to the first line of the printed report.
+   Target: under H + 5 s.
+2. Overhead: the supervisor's own CPU time (user + system of the `diagnose run` process,
+   not its children) while a healthy job prints a step every STEP_S seconds, measured from
+   the job's first step to its last, so Python's and torch's start-up are not counted.
+   Target: under 1% of one core.
+
+    python bench/supervise.py                     # both, H = 3 and 10
+    python bench/supervise.py --hang-after 5 --steps 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "hang"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+REPORT_HEADER = "lightning-diagnose"
+
+
+def _lines(stream, label: str, sink: list[tuple[float, str, str]]) -> None:
+    for raw in iter(stream.readline, b""):
+        sink.append((time.monotonic(), label, raw.decode("utf-8", errors="replace").rstrip("\n")))
+
+
+def _start(options: list[str], script: str, env: dict[str, str], out: str) -> tuple[subprocess.Popen, list]:
+    argv = [sys.executable, "-m", "diagnose", "run", "--out", out, *options, "--", *TORCHRUN, str(FIXTURES / script)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    lines: list[tuple[float, str, str]] = []
+    readers = [threading.Thread(target=_lines, args=(s, n, lines), daemon=True) for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
+    for reader in readers:
+        reader.start()
+    proc.readers = readers  # type: ignore[attr-defined]
+    return proc, lines
+
+
+def detection(hang_after: float) -> float:
+    """Seconds from the job's last output to the first line of the report."""
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, HANG_TIMEOUT_S="120")
+        proc, lines = _start(["--hang-after", str(hang_after), "--grace", "5"], "barrier_rank0.py", env, out)
+        proc.wait(timeout=hang_after * 3 + 120)
+        for reader in proc.readers:  # type: ignore[attr-defined]
+            reader.join(timeout=5)
+    report = next(t for t, stream, text in lines if stream == "out" and text.startswith(REPORT_HEADER))
+    job = [t for t, stream, text in lines if t < report and text.startswith("rank ")]
+    return report - max(job)
+
+
+def overhead(steps: int, step_s: float) -> tuple[float, float]:
+    """(share of one core while the job runs, share including diagnose's own start-up)."""
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, STEPS=str(steps), STEP_S=str(step_s), HANG_TIMEOUT_S="120")
+        start_wall = time.monotonic()
+        proc, lines = _start(["--hang-after", "300"], "healthy.py", env, out)
+        me = psutil.Process(proc.pid)
+        first = last = None
+        while proc.poll() is None:
+            job = [text for _, _, text in lines if text.startswith("rank 0: step")]
+            cpu = me.cpu_times()
+            now = time.monotonic()
+            if job and first is None:
+                first = (now, cpu.user + cpu.system)
+            if job and job[-1].startswith(f"rank 0: step {steps - 1}/"):
+                last = (now, cpu.user + cpu.system)
+                total = (now - start_wall, cpu.user + cpu.system)
+                break
+            time.sleep(0.05)
+        proc.wait(timeout=120)
+        if first is None or last is None:
+            raise SystemExit("the healthy job did not run to its last step")
+    steady = (last[1] - first[1]) / (last[0] - first[0])
+    return steady, total[1] / total[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hang-after", type=float, action="append", help="repeatable (default 3 and 10)")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--step-s", type=float, default=0.5)
+    args = parser.parse_args()
+    print(f"{'--hang-after':>12}  {'last output -> report':>22}  {'target':>8}")
+    for hang_after in args.hang_after or [3.0, 10.0]:
+        for _ in range(args.runs):
+            took = detection(hang_after)
+            verdict = "ok" if took < hang_after + 5 else "SLOW"
+            print(f"{hang_after:>11g}s  {took:>21.2f}s  {hang_after + 5:>7g}s {verdict}")
+    steady, with_startup = overhead(args.steps, args.step_s)
+    print(f"supervisor CPU while a healthy job runs ({args.steps} steps of {args.step_s:g}s): "
+          f"{steady * 100:.2f}% of a core (target < 1%); {with_startup * 100:.1f}% including its own start-up")
+
+
+if __name__ == "__main__":
+    main()
