@@ -1,17 +1,17 @@
-"""docs/rules.md generation: every rule documented, tables intact, output fresh and stable."""
+"""docs/rules.md generation: every rule documented, tables intact, output stable.
+
+Freshness of the committed page is checked in tests/test_kb_examples.py.
+"""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from diagnose.kb import KB, load_kb
 from diagnose.kbdocs import render_rules_markdown
 from diagnose.rules import Rule
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,3 @@ def test_gate_and_aliases_are_shown() -> None:
     assert "**Applies when**" in text and "`gpus.count`: >= 2" in text
     assert "formerly: `demo.old`" in text
 
-
-def test_docs_rules_md_is_fresh(page: str) -> None:
-    path = ROOT / "docs" / "rules.md"
-    assert path.read_text(encoding="utf-8") == page, "docs/rules.md is stale: run `diagnose kb docs --out docs/rules.md`"
