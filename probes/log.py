@@ -162,6 +162,7 @@ class LogError(ValueError):
 class SignatureDef:
     id: str
     description: str
+    anchors: tuple[str, ...]
     patterns: tuple[re.Pattern[str], ...]
     # searched on a matching line to fill Signature.data where one pattern cannot hold
     # every field in a fixed order
@@ -180,189 +181,258 @@ class SignatureDef:
         return None
 
 
-def _sig(id_: str, description: str, *patterns: str, fields: tuple[str, ...] = ()) -> SignatureDef:
+def _sig(
+    id_: str, description: str, anchors: tuple[str, ...], *patterns: str, fields: tuple[str, ...] = ()
+) -> SignatureDef:
     return SignatureDef(
-        id_, description, tuple(re.compile(p) for p in patterns), tuple(re.compile(f) for f in fields)
+        id_, description, anchors, tuple(re.compile(p) for p in patterns), tuple(re.compile(f) for f in fields)
     )
+
+
+def _alternation(words: tuple[str, ...]) -> str:
+    """A regex matching any of the words, as a trie: sre tries a branch's alternatives one
+    by one, so sharing prefixes keeps each text position to a few cheap tests."""
+    trie: dict[str, dict] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        branches = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if "" in node:  # a word ends here and longer ones go on
+            return "(?:" + body + ")?"
+        return body
+
+    return build(trie)
 
 
 _SIZE = r"\d+(?:\.\d+)? ?[KMGT]i?B"
 
+# Each signature names anchors: literal substrings at least one of which every line it
+# matches contains. Only lines holding an anchor are examined, and on such a line only the
+# signatures whose anchors it holds are tried (tests/probes/test_log.py checks each sample).
 _DEFS = [
     # --- NCCL ---
-    _sig(
-        "nccl_error",
-        "an NCCL error raised to Python",
-        r"NCCL error in: \S+?, (?P<error>[^,(\n`']+)(?:[^\n]*?NCCL version (?P<nccl_version>\d[\w.+]*))?",
-        r"NCCL Error \d+: (?P<error>[^\n]+)",
-    ),
+    _sig("nccl_error", "an NCCL error raised to Python", ("NCCL error in: ", "NCCL Error "),
+         r"NCCL error in: \S+?, (?P<error>[^,(\n`']+)(?:[^\n]*?NCCL version (?P<nccl_version>\d[\w.+]*))?",
+         r"NCCL Error \d+: (?P<error>[^\n]+)"),
     _sig("nccl_unhandled_system_error", "a system call failed inside NCCL",
-         r"unhandled system error", r"ncclSystemError"),
+         ("unhandled system error", "ncclSystemError"), r"unhandled system error", r"ncclSystemError"),
     _sig("nccl_unhandled_cuda_error", "a CUDA call failed inside NCCL",
-         r"(?i)unhandled cuda error", r"ncclUnhandledCudaError"),
+         ("nhandled cuda error", "nhandled CUDA error", "nhandled Cuda error", "ncclUnhandledCudaError"),
+         r"[Uu]nhandled (?:cuda|CUDA|Cuda) error", r"ncclUnhandledCudaError"),
     _sig("nccl_invalid_usage", "NCCL was called in an invalid way (e.g. two ranks on one GPU)",
-         r"NCCL[^\n]*invalid usage", r"ncclInvalidUsage"),
-    _sig("nccl_internal_error", "NCCL reported an internal error",
+         ("invalid usage", "ncclInvalidUsage"), r"NCCL[^\n]*invalid usage", r"ncclInvalidUsage"),
+    _sig("nccl_internal_error", "NCCL reported an internal error", ("ncclInternalError", "internal error"),
          r"ncclInternalError", r"NCCL[^\n]*\binternal error\b"),
     _sig("nccl_remote_error", "a peer rank exited or the network failed",
+         ("ncclRemoteError", "remote process exited"),
          r"ncclRemoteError", r"remote process exited or there was a network error"),
-    _sig("nccl_cuda_failure", "NCCL saw a CUDA call fail",
+    _sig("nccl_cuda_failure", "NCCL saw a CUDA call fail", ("NCCL WARN Cuda failure",),
          r"NCCL WARN Cuda failure '?(?P<error>[^'\n]+)'?"),
-    _sig("nccl_warn", "an NCCL warning", r"NCCL WARN (?P<message>[^\n]*)"),
+    _sig("nccl_warn", "an NCCL warning", ("NCCL WARN",), r"NCCL WARN (?P<message>[^\n]*)"),
     _sig("nccl_shm_error", "NCCL could not create or open a shared memory segment",
+         ("shared memory segment", "/dev/shm"),
          r"Error while (?:creating|attaching to|opening) shared memory segment[^\n]*?(?:\(size (?P<size>\d+)\))?$",
          r"NCCL[^\n]*/dev/shm[^\n]*(?:failed|error|No space)"),
     _sig("nccl_socket_error", "NCCL or gloo could not set up its sockets",
+         ("Socket creation failed", "o socket interface found", "No usable listening interface", "NET/Socket",
+          "no socket interface"),
          r"Socket creation failed", r"[Nn]o socket interface found",
          r"No usable listening interface found", r"NET/Socket : [^\n]*(?:failed|error)",
          r"Bootstrap : no socket interface"),
-    _sig("nccl_ib_error", "an InfiniBand / RoCE failure",
+    _sig("nccl_ib_error", "an InfiniBand / RoCE failure", ("NET/IB", "ibv_", "Got completion from peer"),
          r"NET/IB\s*:[^\n]*(?:[Ee]rror|failed|Got completion)", r"\bibv_\w+ failed",
          r"Got completion from peer [^\n]* with error"),
     _sig("nccl_ibverbs_missing", "libibverbs not found (harmless without InfiniBand)",
-         r"Failed to open libibverbs\.so"),
-    _sig("nccl_transport", "NCCL chose a transport between two ranks",
+         ("Failed to open libibverbs",), r"Failed to open libibverbs\.so"),
+    _sig("nccl_transport", "NCCL chose a transport between two ranks", (" via ",),
          r"NCCL INFO [^\n]*\bvia (?P<transport>P2P/IPC|P2P/direct pointer|P2P/CUMEM|P2P|SHM|NET/IB|NET/Socket|NET/\w+)"),
-    _sig("nccl_env", "an NCCL setting taken from the environment",
+    _sig("nccl_env", "an NCCL setting taken from the environment", ("set by environment to",),
          r"NCCL INFO (?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S+)"),
-    _sig("nccl_version", "the NCCL version in use",
+    _sig("nccl_version", "the NCCL version in use", ("NCCL version",),
          r"^(?:\S+ )?NCCL version (?P<version>\d+\.\d+\.\d+[\w.+]*)",
          r"NCCL version (?P<version>\d+\.\d+\.\d+)\s*$"),
     _sig("nccl_async_teardown", "NCCL tore the process down after a failed or timed-out operation",
-         r"Some NCCL operations have failed or timed out",
-         r"we are taking the entire process down"),
+         ("Some NCCL operations have failed", "entire process down"),
+         r"Some NCCL operations have failed or timed out", r"we are taking the entire process down"),
     _sig("nccl_watchdog_timeout", "a collective timed out in the ProcessGroupNCCL watchdog",
+         ("Watchdog caught collective operation timeout",),
          r"Watchdog caught collective operation timeout",
          fields=(r"OpType=(?P<collective>\w+)", r"SeqNum=(?P<seq>\d+)",
                  r"Timeout\(ms\)=(?P<timeout_ms>\d+)", r"ran for (?P<ran_ms>\d+) milli")),
     _sig("nccl_heartbeat_timeout", "the ProcessGroupNCCL watchdog itself got stuck",
+         ("eartbeat monitor timed out", "watchdog got stuck", "watchdog is stuck", "watchdog thread"),
          r"[Hh]eartbeat monitor timed out", r"watchdog (?:thread )?(?:got|is) stuck",
          r"ProcessGroupNCCL's watchdog got stuck"),
-    _sig("nccl_not_built", "torch has no NCCL (Windows, macOS, CPU build)",
+    _sig("nccl_not_built", "torch has no NCCL (Windows, macOS, CPU build)", ("doesn't have NCCL built in",),
          r"Distributed package doesn't have NCCL built in"),
     _sig("nccl_comm_init_failed", "creating the NCCL communicator failed",
-         r"(?i)ncclCommInitRank failed"),
-    _sig("gloo_timeout", "a gloo send/recv timed out",
+         ("CommInitRank failed", "comminitrank failed", "commInitRank failed"),
+         r"nccl[Cc]omm[Ii]nit[Rr]ank failed"),
+    _sig("gloo_timeout", "a gloo send/recv timed out", ("Timed out waiting",),
          r"gloo[^\n]*Timed out waiting (?P<timeout>\S+) for (?P<op>\w+) operation",
          r"Timed out waiting \S+ for (?:recv|send) operation to complete"),
     _sig("collective_mismatch", "ranks called different collectives or shapes",
+         ("Detected mismatch between collectives",),
          r"Detected mismatch between collectives on ranks",
          fields=(r"Rank (?P<rank>\d+) is running inconsistent collective", r"OpType=(?P<collective>\w+)",
                  r"TensorShape\s*=\s*(?P<shape>\[[\d, ]*\])")),
     # --- launch, rendezvous ---
     _sig("address_in_use", "the master port is already bound",
+         ("Address already in use", "EADDRINUSE", "errno: 98", "errno 98", "server socket has failed to"),
          r"Address already in use", r"EADDRINUSE", r"errno:? 98\b",
          r"server socket has failed to (?:listen|bind)[^\n]*?(?:port:? (?P<port>\d+))?",
          fields=(r"port[: ]+(?P<port>\d{2,5})\b",)),
     _sig("rendezvous_timeout", "the rendezvous / TCP store timed out waiting for ranks",
+         ("Timed out initializing process group store", "RendezvousTimeoutError", "Timed out after",
+          "client socket has timed out", "Socket Timeout", "RendezvousConnectionError", "ait timeout after"),
          r"Timed out initializing process group store", r"RendezvousTimeoutError",
          r"DistStoreError: Timed out after", r"Timed out after \d+ seconds waiting for clients",
          r"client socket has timed out after", r"Socket Timeout", r"RendezvousConnectionError",
          r"[Ww]ait timeout after \d+ms, keys:",
          fields=(r"(?P<joined>\d+)/(?P<expected>\d+) clients joined",)),
     _sig("connection_refused", "a connection to the store or a peer was refused",
+         ("Connection refused", "ECONNREFUSED", "errno: 111", "errno 111"),
          r"Connection refused", r"ECONNREFUSED", r"errno:? 111\b"),
     _sig("child_failed", "torchrun reported a failed child process",
+         ("ChildFailedError", "Root Cause (first observed failure)"),
          r"ChildFailedError", r"Root Cause \(first observed failure\)"),
     _sig("sigkill_exit", "a process was killed with SIGKILL (often the host OOM killer)",
+         ("exitcode", "SIGKILL", "exit code", "exit status", "Killed", "oom-kill"),
          r"exitcode\s*:\s*-9\b", r"\(exitcode: -9\)", r"Signal 9 \(SIGKILL\)", r"Signals\.SIGKILL",
          r"exit (?:code|status):? (?:-9|137)\b", r"non-zero exit status (?:-9|137)\b",
          r"Out of memory: Killed process", r"\boom-kill", r"^(?:\S+: )?Killed\s*$",
          fields=(r"exitcode\s*:?\s*(?P<exitcode>-?\d+)", r"local_rank: (?P<local_rank>\d+)")),
-    _sig("lightning_ddp_init", "Lightning initialised a rank",
-         r"(?i)initializing (?:distributed|ddp): GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<member>\d+)/(?P<world_size>\d+)"),
-    _sig("lightning_all_registered", "all ranks registered with Lightning",
+    _sig("lightning_ddp_init", "Lightning initialised a rank", ("GLOBAL_RANK: ",),
+         r"[Ii]nitializing (?:distributed|ddp): GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<member>\d+)/(?P<world_size>\d+)"),
+    _sig("lightning_all_registered", "all ranks registered with Lightning", ("processes registered",),
          r"All distributed processes registered\. Starting with (?P<world_size>\d+) processes"),
-    _sig("lightning_cuda_visible", "Lightning printed the devices a local rank sees",
+    _sig("lightning_cuda_visible", "Lightning printed the devices a local rank sees", ("CUDA_VISIBLE_DEVICES: [",),
          r"LOCAL_RANK: (?P<local_rank>\d+) - CUDA_VISIBLE_DEVICES: \[(?P<devices>[^\]]*)\]"),
     _sig("interactive_incompatible", "a script launcher strategy was used in a notebook",
-         r"is not compatible with an interactive environment"),
+         ("interactive environment",), r"is not compatible with an interactive environment"),
     _sig("pickle_error", "multiprocessing spawn could not pickle an object",
-         r"Can't pickle", r"PicklingError", r"Can't get attribute '?\w+'? on <module",
-         r"cannot pickle '"),
+         ("Can't pickle", "PicklingError", "Can't get attribute", "cannot pickle"),
+         r"Can't pickle", r"PicklingError", r"Can't get attribute '?\w+'? on <module", r"cannot pickle '"),
     _sig("torch_extensions_root", "a torch C++ extension (DeepSpeed op) is being built or loaded",
-         r"Using (?P<path>\S+) as PyTorch extensions root"),
+         ("as PyTorch extensions root",), r"Using (?P<path>\S+) as PyTorch extensions root"),
     # --- devices and CUDA ---
-    _sig("duplicate_gpu", "two ranks use the same GPU",
+    _sig("duplicate_gpu", "two ranks use the same GPU", ("Duplicate GPU detected", "must be unique"),
          r"Duplicate GPU detected ?: rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)",
          r"Duplicate GPU detected", r"[Dd]evice ID's \(GPU\) must be unique", r"device ids must be unique"),
-    _sig("device_mismatch", "tensors of one operation live on different devices",
+    _sig("device_mismatch", "tensors of one operation live on different devices", ("same device", "buffers on device"),
          r"Expected all tensors to be on the same device, but found at least two devices, (?P<device_a>[\w:]+) and (?P<device_b>[\w:]+)",
          r"Expected all tensors to be on the same device",
          r"to have the same device as tensor for argument",
          r"module must have its parameters and buffers on device (?P<device_a>[\w:]+) \(device_ids\[0\]\) but found one of them on device: (?P<device_b>[\w:]+)",
          r"Input and parameter tensors are not at the same device"),
     _sig("ddp_multi_device_module", "DDP was given a model spread over several GPUs",
+         ("device_ids and output_device arguments",),
          r"device_ids and output_device arguments only work with single-device"),
     _sig("quantized_wrong_device", "a 4/8-bit model is trained on another device than it was loaded on",
+         ("precision on a different device",),
          r"loaded in (?:8-bit|4-bit|8-bit or 4-bit) precision on a different device"),
-    _sig("cuda_oom", "CUDA ran out of memory",
+    _sig("cuda_oom", "CUDA ran out of memory", ("CUDA out of memory", "OutOfMemoryError: CUDA", "CUDA error: out of memory"),
          r"CUDA out of memory", r"OutOfMemoryError: CUDA", r"CUDA error: out of memory",
          fields=(r"Tried to allocate (?P<requested>" + _SIZE + ")",
                  r"GPU (?P<device>\d+)(?:;| has a total capaci?ty)",
                  r"(?P<total>" + _SIZE + r") total capacity",
                  r"total capaci?ty of (?P<total>" + _SIZE + ")")),
-    _sig("cuda_fork_reinit", "CUDA was initialised before a fork",
+    _sig("cuda_fork_reinit", "CUDA was initialised before a fork", ("Cannot re-initialize CUDA",),
          r"Cannot re-initialize CUDA in forked subprocess"),
-    _sig("cuda_invalid_device_ordinal", "a process asked for a GPU it cannot see",
+    _sig("cuda_invalid_device_ordinal", "a process asked for a GPU it cannot see", ("invalid device ordinal",),
          r"invalid device ordinal"),
-    _sig("cuda_no_kernel_image", "torch has no kernels for this GPU",
+    _sig("cuda_no_kernel_image", "torch has no kernels for this GPU", ("no kernel image is available",),
          r"no kernel image is available for execution on the device"),
-    _sig("cuda_arch_incompatible", "the GPU's architecture is not in the torch build",
+    _sig("cuda_arch_incompatible", "the GPU's architecture is not in the torch build", ("with CUDA capability sm_",),
          r"(?:(?:^|: )(?P<gpu>[^:\n]+?) )?with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"),
     _sig("cuda_driver_too_old", "the NVIDIA driver is too old for torch's CUDA",
+         ("driver on your system is too old", "driver version is insufficient"),
          r"NVIDIA driver on your system is too old", r"driver version is insufficient for CUDA runtime version"),
-    _sig("torch_not_compiled_with_cuda", "a CPU-only torch build",
+    _sig("torch_not_compiled_with_cuda", "a CPU-only torch build", ("not compiled with CUDA enabled",),
          r"Torch not compiled with CUDA enabled"),
-    _sig("cuda_error", "a CUDA runtime error",
+    _sig("cuda_error", "a CUDA runtime error", ("CUDA error: ", "cuda runtime error ("),
          r"CUDA error: (?P<error>[^\n]+)", r"cuda runtime error \(\d+\) : (?P<error>[^\n]+)"),
     # --- DDP ---
     _sig("ddp_unused_parameters", "DDP parameters that received no gradient",
+         ("finished reduction in the prior iteration", "did not receive grad", "find_unused_parameters=True"),
          r"Expected to have finished reduction in the prior iteration",
          r"did not receive grad for rank (?P<rank>\d+): (?P<indices>[\d, ]+)",
          r"find_unused_parameters=True[^\n]*(?:unused|did not)"),
     _sig("ddp_param_shape_mismatch", "the model differs across ranks at DDP construction",
+         ("same model across all ranks", "appears not to match", "in this process with sizes"),
          r"DDP expects same model across all ranks",
          r"appears not to match (?:sizes|strides) of the same param in process",
          r"params\[\d+\] in this process with sizes"),
-    _sig("ddp_verify_params", "a frame in DDP's cross-rank model check",
+    _sig("ddp_verify_params", "a frame in DDP's cross-rank model check", ("_verify_param",),
          r"_verify_param(?:s|_shape)_across_processes"),
     # --- data loading, host memory ---
     _sig("shm_bus_error", "a DataLoader worker died of a bus error (shared memory exhausted)",
+         ("killed by signal: Bus error", "insufficient shared memory", "bus error encountered in worker"),
          r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error",
          r"insufficient shared memory \(shm\)", r"Unexpected bus error encountered in worker"),
     _sig("shm_no_space", "writing a tensor to shared memory failed",
+         ("unable to write to file </torch_", "No space left on device"),
          r"unable to write to file </torch_", r"/dev/shm[^\n]*No space left on device",
          r"No space left on device[^\n]*/dev/shm"),
-    _sig("dataloader_worker_died", "a DataLoader worker exited unexpectedly",
+    _sig("dataloader_worker_died", "a DataLoader worker exited unexpectedly", ("DataLoader worker (pid",),
          r"DataLoader worker \(pid(?:\(s\)|s)?\s*[\d, ]+\) (?:exited unexpectedly|is killed by signal: (?!Bus error))"),
     # --- packages ---
     _sig("lightning_mixed_packages", "objects from `lightning` and `pytorch_lightning` mixed",
+         ("with a model from", "must be a `LightningModule`"),
          r"from `?pytorch_lightning`? with a model from `?lightning",
          r"`model` must be a `LightningModule`(?: or `torch\._dynamo\.OptimizedModule`)?, got `"),
-    _sig("python_exception", "a Python exception line",
+    _sig("python_exception", "a Python exception line", ("Error", "Exception", "Interrupt"),
          r"^\s*(?:\[[^\]]*\]:?\s*)?(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?::\s*(?P<message>[^\n]*)|\s*$)"),
 ]
 
 SIGNATURES: dict[str, SignatureDef] = {d.id: d for d in _DEFS}
 # Emitted by the reader itself from what several lines say together, not by a pattern.
 SIGNATURES["duplicate_global_rank"] = SignatureDef(
-    "duplicate_global_rank", "two ranks report the same GLOBAL_RANK", ()
+    "duplicate_global_rank", "two ranks report the same GLOBAL_RANK", (), ()
 )
 
-# A line is worth keeping in a long log when it matches a signature or one of these.
-_RELEVANT = re.compile(
-    r"(?i)\b(?:error|warn(?:ing)?|exception|traceback|fatal|killed|timed? ?out|fail(?:ed|ure)?|"
-    r"abort(?:ed)?|segmentation fault|core dumped|hang(?:s|ing)?|stuck|deadlock)\b"
+# Words that make a line worth keeping in a long log even without a signature.
+_RELEVANT_WORDS = (
+    "error", "Error", "ERROR", "warn", "Warn", "WARN", "xception", "Traceback", "fatal", "Fatal", "FATAL",
+    "Killed", "killed", "timed out", "Timed out", "timeout", "Timeout", "TIMEOUT", "failed", "Failed",
+    "FAILED", "failure", "Failure", "abort", "Abort", "ABORT", "Segmentation fault", "core dumped",
+    "deadlock",
 )
-# Cheap first pass over a whole block: lines without any of these are only counted.
-_PREFILTER = re.compile(
-    r"(?i)error|warn|exception|traceback|fatal|killed|time[d ]?\s?out|fail|abort|fault|dump|hang|"
-    r"stuck|deadlock|nccl|cuda|rank|signal|sigkill|exitcode|exit (?:code|status)|address|socket|"
-    r"refused|pickle|device|memory|shm|bus |ibv_|net/|extensions root|registered|interactive|"
-    r"_verify_param|ordinal|lightning|reduction|unique|oom|errno|interrupt|addrinuse|attribute|param|"
-    r"write to file|kernel image|completion"
+# Lines the reader needs for its own state, signature or not.
+_STATE_WORDS = ("Traceback (most recent call last)", "local_rank", "Root Cause")
+_ANCHORS = sorted({a for d in _DEFS for a in d.anchors} | set(_RELEVANT_WORDS) | set(_STATE_WORDS))
+# Short keys, one of which every anchor contains: the first pass looks for these in whole
+# blocks. Its cost grows with how many text positions hold a character some key starts
+# with, so keys start with characters that are rare in logs (x, v, k, _, capitals) or
+# share the few common ones (r, m, d, f); and NCCL's INFO chatter passes unless it says more.
+_KEYS = (
+    "rror", "RROR", "rrno", "receive", "rocess", "warn", "Warn", "WARN", "watchdog", "Watchdog", "xception",
+    "xit", "xtensions", "Interrupt", "InvalidUsage", "Traceback", "fatal", "Fatal", "FATAL", "fail", "Fail",
+    "FAIL", "fused", "killed", "Killed", "KILL", "kernel image", "med out", "meout", "MEOUT", "m-kill",
+    "memory", "match", "model", "bort", "BORT", "bv_", "Segmentation", "dumped", "deadlock", "driver",
+    "duction", "CUDA", "NCCL WARN", "NCCL error", "NCCL Error", "NCCL version", "NCCL operations",
+    "NCCL built", "NET/", "No space", "No usable", "via ", "vice", "vironment", "/dev/shm",
+    "cket", "Got completion", "ADDRINUSE", "Address already", "REFUSED", "Root Cause", "_rank", "_RANK",
+    "_unused", "_verify_param", "pickle", "'t get", "Duplicate", "DataLoader", "unique", "usage", "</torch_",
+    "LightningModule",
 )
+_PREFILTER = re.compile(_alternation(_KEYS))
+_ANCHORS_BY_KEY = {k: tuple(a for a in _ANCHORS if k in a) for k in _KEYS}
+# anchor -> the signatures to try (indices into _DEFS) and whether it makes a line relevant
+_BY_ANCHOR: dict[str, tuple[tuple[int, ...], bool]] = {
+    a: (
+        tuple(i for i, d in enumerate(_DEFS) if a in d.anchors),
+        a in _RELEVANT_WORDS,
+    )
+    for a in _ANCHORS
+}
 
 # a paste's own line numbers ("[80746] ") may stand before a launcher prefix
 _RANK_PREFIX = re.compile(
@@ -391,8 +461,8 @@ class _State:
     name: str
     lines_read: int = 0
     head: list[LogLine] = field(default_factory=list)
-    first: list[LogLine] = field(default_factory=list)
-    last: deque[LogLine] = field(default_factory=lambda: deque(maxlen=MAX_RETAINED // 2))
+    first: list[tuple[int, str]] = field(default_factory=list)
+    last: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=MAX_RETAINED // 2))
     kept_nos: set[int] = field(default_factory=set)
     tail: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     before: deque[tuple[int, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT))
@@ -432,16 +502,14 @@ class _Reader:
         s = self.s
         if no in s.kept_nos or no <= HEAD_LINES:
             return
-        rank, _ = self._rank(text)
-        line = LogLine(no=no, text=text[:KEPT_LINE_CHARS], rank=rank, source=s.name)
+        line = (no, text[:KEPT_LINE_CHARS])
         if len(s.first) < MAX_RETAINED // 2:
             s.first.append(line)
-            s.kept_nos.add(no)
         else:
             if len(s.last) == s.last.maxlen:
-                s.kept_nos.discard(s.last[0].no)
+                s.kept_nos.discard(s.last[0][0])
             s.last.append(line)
-            s.kept_nos.add(no)
+        s.kept_nos.add(no)
 
     def _signature(self, sig_id: str, no: int, text: str, rank: int | None, data: dict[str, str]) -> None:
         s = self.s
@@ -457,11 +525,19 @@ class _Reader:
     def _examine(self, no: int, text: str) -> bool:
         """Find signatures on one line and update rank state; True if the line is relevant."""
         s = self.s
+        candidates: set[int] = set()
+        relevant = False
+        anchors = {a for k in _KEYS if k in text for a in _ANCHORS_BY_KEY[k] if a in text}
+        for anchor in anchors:
+            indices, makes_relevant = _BY_ANCHOR[anchor]
+            candidates.update(indices)
+            relevant = relevant or makes_relevant
         rank, local = self._rank(text)
-        summary = _SUMMARY_RANK.match(text)
-        if _ROOT_CAUSE.search(text):
+        summary = _SUMMARY_RANK.match(text) if "local_rank" in text else None
+        if "Root Cause" in text and _ROOT_CAUSE.search(text):
             s.in_root_cause = True
         if summary:
+            relevant = True
             s.summary_rank, s.summary_line = int(summary.group("rank")), no
             if s.in_root_cause:
                 s.in_root_cause = False
@@ -469,8 +545,8 @@ class _Reader:
                                 {"first_failing_rank": summary.group("rank"), "local_rank": summary.group("local")})
         elif rank is None and no - s.summary_line <= _SUMMARY_SPAN:
             rank = s.summary_rank
-        relevant = bool(summary)
-        for sig in _DEFS:
+        for index in sorted(candidates):
+            sig = _DEFS[index]
             data = sig.match(text)
             if data is None:
                 continue
@@ -488,7 +564,7 @@ class _Reader:
             if sig.id == "child_failed" and s.in_root_cause and "Root Cause" in text:
                 continue  # recorded with its rank on the summary's "rank :" line
             self._signature(sig.id, no, text, sig_rank, data)
-        return relevant or bool(_RELEVANT.search(text))
+        return relevant
 
     # --- per block --------------------------------------------------------------------------
 
@@ -553,12 +629,9 @@ class _Reader:
             lines = s.head
         else:
             by_no = {line.no: line for line in s.head[:HEAD_LINES]}
-            for line in [*s.first, *s.last]:
-                by_no.setdefault(line.no, line)
-            for no, text in s.tail:
+            for no, text in [*s.first, *s.last, *s.tail]:
                 if no not in by_no:
-                    rank, _ = self._rank(text)
-                    by_no[no] = LogLine(no=no, text=text[:KEPT_LINE_CHARS], rank=rank, source=s.name)
+                    by_no[no] = LogLine(no=no, text=text[:KEPT_LINE_CHARS], rank=self._rank(text)[0], source=s.name)
             lines = [by_no[no] for no in sorted(by_no)]
         return Log(source="log", sources=[s.name], lines_read=s.lines_read, lines=lines, signatures=s.signatures)
 

@@ -92,9 +92,14 @@ def test_every_signature_has_a_sample_and_the_docstring_lists_it():
         assert re.search(rf"^\s+{sig_id}\s", logmod.__doc__, re.MULTILINE), f"{sig_id} undocumented"
 
 
+def test_every_anchor_holds_a_prefilter_key():
+    assert [a for a in logmod._ANCHORS if not any(k in a for k in logmod._KEYS)] == []
+
+
 @pytest.mark.parametrize("sig_id", [k for k, v in SAMPLES.items() if v])
 def test_sample_line_gives_its_signature(sig_id):
     line = SAMPLES[sig_id]
+    assert any(a in line for a in SIGNATURES[sig_id].anchors), "no anchor: the reader would never try it"
     assert logmod._PREFILTER.search(line), "the prefilter would skip this line"
     assert sig_id in log_from_text(line).signature_ids
 
