@@ -7,6 +7,8 @@ back to the app; the screens never call probes or the engine themselves.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -75,6 +77,10 @@ class DiagnoseApp(App[None]):
         self._gather = gather
         self._kb = kb
         self._steps = [*steps, RULES_STEP]
+        # True from the start of a run until its thread returns (a cancelled Worker reports
+        # finished at once, while its thread still runs)
+        self._busy = False
+        self._quitting = False
 
     @property
     def can_rerun(self) -> bool:
@@ -85,12 +91,27 @@ class DiagnoseApp(App[None]):
             self.push_screen(ResultsScreen(self.report))
         else:
             self.push_screen(RunScreen(self._steps))
+            self._busy = True
             self._run()
 
     def start_run(self) -> None:
         """Re-run: gather and evaluate again, from the run screen."""
         self.switch_screen(RunScreen(self._steps))
+        self._busy = True
         self._run()
+
+    @property
+    def running(self) -> bool:
+        return self._busy
+
+    async def action_quit(self) -> None:
+        self._quitting = True
+        if self.running:
+            # The gatherer has no cancel; ending its child processes (probes, micro-test
+            # ranks) makes each step fail fast, so the worker ends and nothing is left behind.
+            self.notify("Stopping the running checks…")
+            threading.Thread(target=_end_children_while, args=(lambda: self.running,), daemon=True).start()
+        self.exit()
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def _run(self) -> None:
@@ -107,6 +128,8 @@ class DiagnoseApp(App[None]):
         except BaseException as exc:  # handed to run_tui, which re-raises it after the app closes
             self.post_message(RunFailed(exc))
             return
+        finally:
+            self._busy = False
         self.post_message(ReportReady(report))
 
     def on_step_update(self, message: StepUpdate) -> None:
@@ -114,12 +137,32 @@ class DiagnoseApp(App[None]):
             self.screen.update_step(message.step, message.state, message.detail, message.at)
 
     def on_report_ready(self, message: ReportReady) -> None:
+        if self._quitting:
+            return
         self.report = message.report
         self.switch_screen(ResultsScreen(message.report))
 
     def on_run_failed(self, message: RunFailed) -> None:
         self.error = message.error
         self.exit()
+
+
+def _end_children_while(running: Callable[[], bool], deadline_s: float = 30.0) -> None:
+    """Terminate (then kill) this process's descendants until the run has ended."""
+    import psutil
+
+    me = psutil.Process()
+    deadline = time.monotonic() + deadline_s
+    while running() and time.monotonic() < deadline:
+        children = me.children(recursive=True)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.terminate()
+        _, alive = psutil.wait_procs(children, timeout=1.0)
+        for child in alive:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        time.sleep(0.1)
 
 
 def make_app(

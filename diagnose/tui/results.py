@@ -28,7 +28,7 @@ EXPORTS = {"json": "diagnose-report.json", "markdown": "diagnose-report.md"}
 
 class ResultsScreen(Screen[None]):
     AUTO_FOCUS = None  # on_mount picks: the default would pick the hidden filter field
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("r", "rerun", "Re-run"),
         Binding("j", "export('json')", "Export JSON"),

@@ -315,3 +315,32 @@ def test_planned_steps():
     assert everything[: len(STEPS)] == list(STEPS) and "lightning_fit" in everything
     with pytest.raises(UsageError):
         planned_steps(args("--microtests", "nope"))
+
+
+async def test_quit_during_a_run_ends_its_child_processes(kb):
+    import subprocess
+    import time
+
+    import psutil
+
+    started = threading.Event()
+
+    def gather(progress):
+        # like the micro-tests: one child process after another, each with a long deadline
+        for step in ("rendezvous", "barrier", "all_reduce"):
+            progress(step, "running", None)
+            started.set()
+            subprocess.run(["sleep", "30"], timeout=60, check=False)
+            progress(step, "failed", "ended")
+        return load_snapshot(SNAPSHOTS / "healthy.json")
+
+    app = make_app(gather=gather, kb=kb, steps=["rendezvous", "barrier", "all_reduce"])
+    t0 = time.monotonic()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: started.is_set() and psutil.Process().children())
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, tries=200)
+    while app.running and time.monotonic() - t0 < 20:  # the gather thread ends on its own
+        time.sleep(0.1)
+    assert not app.running and app.report is None
+    assert not psutil.Process().children(recursive=True)
