@@ -34,9 +34,11 @@ all_reduce
     algbw = bytes / time, busbw = algbw * 2 (n-1) / n, GB/s = 1e9 bytes/s (so with a
     single rank busbw is 0: compare bandwidth only where ``nproc`` is 2 or more).
 placement (CUDA only)
-    ``ranks_on_gpu0`` (ranks other than 0 holding memory on visible GPU 0, per NVML),
-    ``gpu0_holders``, ``ranks_on_foreign_device``, ``foreign_device_ranks``,
-    ``nvml_pids_matched`` (False in a container whose pids NVML cannot see), ``nvml_error``.
+    Per NVML, while every rank holds memory on its own GPU (``rank % count``):
+    ``foreign_ranks_on_gpu0`` (ranks whose own GPU is not 0 holding memory on visible GPU 0)
+    and ``gpu0_foreign_ranks``, ``ranks_on_foreign_device`` and ``foreign_device_ranks`` (on
+    any GPU not their own; one or more fails the test), ``nvml_pids_matched`` (False in a
+    container whose pids NVML cannot see: the counts are then unknown), ``nvml_error``.
 duplicate_gpu (CUDA only)
     ``mode``: ``distinct`` (each rank takes GPU ``rank % count``): ``distinct_devices``,
     ``duplicates``, ``duplicate_ranks`` (by GPU UUID; duplicates fail the test); ``shared``

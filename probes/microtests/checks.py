@@ -218,31 +218,33 @@ def placement(ctx: Context) -> None:
 
 
 def _placement_measurements(ranks: list[tuple[int, int]]) -> dict:
-    """From (pid, own device) per rank: who holds memory on GPU 0 and on foreign devices."""
     import torch
 
     try:
         holders = _nvml_holders(torch.cuda.device_count())
     except Exception as exc:
         return {"nvml_error": f"{type(exc).__name__}: {exc}"}
+    return placement_summary(ranks, holders)
+
+
+def placement_summary(ranks: list[tuple[int, int]], holders: dict[int, set[int]]) -> dict:
+    """From (pid, own device) per rank and the pids NVML sees per device: who is where."""
     rank_of = {pid: rank for rank, (pid, _) in enumerate(ranks)}
-    seen = {rank_of[pid] for pids in holders.values() for pid in pids if pid in rank_of}
-    if not seen:
+    if not any(pid in rank_of for pids in holders.values() for pid in pids):
         # NVML reports host pids; in a container with its own pid namespace none match.
         return {"nvml_pids_matched": False}
-    on_gpu0 = sorted(rank_of[p] for p in holders.get(0, ()) if p in rank_of)
-    foreign = sorted(
-        {
-            rank_of[p]
-            for dev, pids in holders.items()
-            for p in pids
-            if p in rank_of and ranks[rank_of[p]][1] != dev
+
+    def foreign_on(device: int) -> set[int]:
+        return {
+            rank_of[p] for p in holders[device] if p in rank_of and ranks[rank_of[p]][1] != device
         }
-    )
+
+    foreign = sorted(set().union(*(foreign_on(device) for device in holders)))
+    on_gpu0 = sorted(foreign_on(0)) if 0 in holders else []
     return {
         "nvml_pids_matched": True,
-        "ranks_on_gpu0": sum(1 for r in on_gpu0 if r != 0),
-        "gpu0_holders": ",".join(map(str, on_gpu0)),
+        "foreign_ranks_on_gpu0": len(on_gpu0),
+        "gpu0_foreign_ranks": ",".join(map(str, on_gpu0)),
         "ranks_on_foreign_device": len(foreign),
         "foreign_device_ranks": ",".join(map(str, foreign)),
     }

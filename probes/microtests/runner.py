@@ -410,6 +410,9 @@ def _duplicates(run: Run) -> dict:
 def judge(name: str, run: Run) -> MicroTest:
     status, error = verdict(run)
     measurements = _measure(name, run, status)
+    if status == "passed" and measurements.get("ranks_on_foreign_device"):
+        status = "failed"
+        error = f"ranks {measurements['foreign_device_ranks']} hold memory on a GPU not their own"
     if status == "passed" and measurements.get("duplicates"):
         status, error = "failed", f"ranks {measurements['duplicate_ranks']} were given the same GPU"
     if status == "passed" and name == "lightning_fit":

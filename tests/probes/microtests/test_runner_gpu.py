@@ -1,10 +1,11 @@
-"""The GPU paths this machine cannot run: which ranks go on which device, and the NCCL variants."""
+"""The runner's GPU paths, which this machine cannot run: device maps, variants, placement."""
 
 from __future__ import annotations
 
 from probes.microtests import runner
 from probes.microtests.channel import RankReport
-from probes.microtests.runner import Run, _run_test, launches, plan
+from probes.microtests.checks import placement_summary
+from probes.microtests.runner import Run, _run_test, judge, launches, plan
 from probes.microtests.watchdog import Exit, Watched
 
 GPU = {
@@ -140,3 +141,13 @@ def test_a_passing_or_gloo_test_gets_no_variants(monkeypatch):
         _run_test("all_reduce", cpu, timeout=5, strategy="ddp", notify=lambda *e: None).variants
         == {}
     )
+
+
+def test_a_rank_on_a_foreign_gpu_fails_placement():
+    measured = placement_summary([(100, 0), (101, 1)], {0: {100, 101}, 1: {101}})
+    report = RankReport(steps=["nvml"], measurements=measured, done=True)
+    watched = Watched({0: Exit(0), 1: Exit(0)}, False, [], 0.1)
+    run = Run(watched, {0: report, 1: RankReport(done=True)}, None, 2, "nccl", 5.0, {})
+    test = judge("placement", run)
+    assert test.status == "failed"
+    assert test.error == "ranks 1 hold memory on a GPU not their own"
