@@ -11,6 +11,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, ProgressBar, Static
+from textual.widgets.data_table import ColumnKey
 
 # state -> (mark, style); the word is always shown too, so NO_COLOR loses nothing
 STATES = {
@@ -50,10 +51,18 @@ class RunScreen(Screen[None]):
         table.add_column("state", width=11, key="state")
         table.add_column("step", width=14, key="step")
         table.add_column("time", width=6, key="time")
-        table.add_column("detail", key="detail")
+        table.add_column("detail", width=20, key="detail")
         for step in self._steps:
             self._add_row(table, step)
         self.set_interval(0.25, self._tick)
+
+    def on_resize(self) -> None:
+        """The detail column takes what is left, so a long detail is cut, not scrolled."""
+        table = self.query_one("#steps", DataTable)
+        fixed = sum(c.get_render_width(table) for key, c in table.columns.items() if key != "detail")
+        detail = table.columns[ColumnKey("detail")]
+        detail.width = max(10, table.scrollable_content_region.width - fixed - 2 * table.cell_padding)
+        table.refresh()
 
     def _add_row(self, table: DataTable, step: str) -> None:
         table.add_row(state_cell("pending"), step, "", "", key=step)
@@ -73,7 +82,7 @@ class RunScreen(Screen[None]):
         table.update_cell(step, "state", state_cell(state))
         if step in self._started:
             table.update_cell(step, "time", self._elapsed(step, at))
-        table.update_cell(step, "detail", Text(detail or ""), update_width=True)
+        table.update_cell(step, "detail", Text(detail or "", no_wrap=True, overflow="ellipsis"))
 
     def _elapsed(self, step: str, now: float) -> str:
         return f"{now - self._started[step]:.1f}s"

@@ -25,7 +25,7 @@ MAX_TREE_ITEMS = 100
 
 
 def severity_text(severity: str) -> Text:
-    return Text(f"{severity:<7}", style=SEVERITY_STYLE.get(severity, ""))
+    return Text(f"{severity:<8}", style=SEVERITY_STYLE.get(severity, ""))
 
 
 def shorten(text: str, width: int = 48) -> str:
