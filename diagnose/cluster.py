@@ -83,18 +83,12 @@ def cmd_cluster(argv: Sequence[str]) -> int:
         microtests=args.microtests == "all",
     )
 
-    def on_expiry(facts: Facts | None) -> int:
-        if facts is None:
-            print(f"diagnose cluster: rank {me.rank}: the {args.timeout:g} s deadline passed; exiting", file=sys.stderr, flush=True)
-            return Exit.FINDINGS
-        print(f"diagnose cluster: the {args.timeout:g} s deadline passed; writing what rank 0 has", file=sys.stderr, flush=True)
-        _write(facts, kb, fmt, args)
-        return Exit.FINDINGS
+    def report(facts: Facts, expired: bool) -> int:
+        if expired:
+            print(f"diagnose cluster: the {args.timeout:g} s deadline passed; reporting what rank 0 has", file=sys.stderr, flush=True)
+        return _write(facts, kb, fmt, args)
 
-    facts = run(options, on_expiry=on_expiry)
-    if facts is None:
-        return Exit.OK
-    return _write(facts, kb, fmt, args)
+    return run(options, report)
 
 
 def _write(facts: Facts, kb, fmt: str, args) -> int:

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -154,6 +155,18 @@ def expected_nodes(me: Identity, environ: Mapping[str, str]) -> dict[int, tuple[
     return {r: layout.get(r, (None, None)) for r in range(me.world_size)}
 
 
+def planted_hang(environ: Mapping[str, str], rank: int) -> str | None:
+    """Test-only: the step at which this rank hangs, from ``DIAGNOSE_CLUSTER_FAULT=RANK:STEP``.
+
+    Honoured only with ``DIAGNOSE_CLUSTER_TESTING=1`` too, so a stray setting cannot stall a
+    real diagnosis.
+    """
+    if environ.get("DIAGNOSE_CLUSTER_TESTING") != "1":
+        return None
+    who, _, step = environ.get("DIAGNOSE_CLUSTER_FAULT", "").partition(":")
+    return step if who == str(rank) and step else None
+
+
 # --- options and deadlines ----------------------------------------------------------------------------
 
 
@@ -237,6 +250,8 @@ class _Rank:
         self.step_name = name
         if self.store is not None:
             self.store.set(self.key("step", self.me.rank), name)
+        if planted_hang(self.environ, self.me.rank) == name:
+            threading.Event().wait()  # until the watchdog ends the process
 
     def announce(self) -> None:
         arrival = {"node": self.me.node, "hostname": self.me.hostname, "node_rank": self.me.node_rank,
@@ -248,10 +263,11 @@ class _Rank:
         self.step("join")
         if self.me.rank == 0:
             waiting = set(range(self.me.world_size))
-            while waiting and self.clock.join_left() > 0:
+            while True:  # at least one look, however late this rank itself started
                 waiting -= {r for r in waiting if self.store.check([self.key("arrived", r)])}
-                if waiting:
-                    time.sleep(_POLL_S)
+                if not waiting or self.clock.join_left() <= 0:
+                    break
+                time.sleep(_POLL_S)
             came = [r for r in range(self.me.world_size) if r not in waiting]
             self.store.set(self.key("roster"), json.dumps({r: json.loads(self.store.get(self.key("arrived", r))) for r in came}))
         else:
@@ -309,8 +325,10 @@ class _Rank:
                 body(result)
             except Exception as exc:
                 text = f"{type(exc).__name__}: {exc}".strip()[:2000]
-                timed_out, _ = classify(text)
+                timed_out, named = classify(text)
                 result.status, result.error = ("timed_out" if timed_out else "failed"), text
+                if named:  # monitored_barrier says who never arrived
+                    result.measurements["missing_ranks"] = named
                 self.error = f"{name} at '{self.step_name}': {text.splitlines()[0][:300]}"
             result.duration_s = round(time.perf_counter() - start, 4)
 
@@ -468,7 +486,28 @@ class _Rank:
             if waiting:
                 time.sleep(_POLL_S)
 
+    def share_verdict(self, code: int) -> None:
+        """Rank 0: the exit code for all; wait (briefly) until every rank that came has read it."""
+        self.store.set(self.key("exit"), str(code))
+        others = len(self.roster) - 1
+        until = time.monotonic() + min(_WRITE_RESERVE_S, max(0.0, self.clock.left()))
+        while self.store.add(self.key("read"), 0) < others and time.monotonic() < until:
+            time.sleep(_POLL_S)
+
+    def await_verdict(self) -> int:
+        self.step("waiting for rank 0's report")
+        try:
+            self.store.wait([self.key("exit")], timedelta(seconds=max(1.0, self.clock.left())))
+            code = int(self.store.get(self.key("exit")))
+            self.store.add(self.key("read"), 1)
+        except Exception as exc:  # rank 0 gone: its report, if any, is all there is
+            sys.stderr.write(f"diagnose cluster: rank {self.me.rank}: no word from rank 0 ({type(exc).__name__}); exiting\n")
+            return 1
+        return code
+
     def steps_of_silent(self, store: Any) -> dict[int, str]:
+        if store is None:
+            return {}
         steps = {}
         for rank in self.roster:
             if rank not in self.payloads and store.check([self.key("step", rank)]):
@@ -596,7 +635,8 @@ def _measure(name: str, world: int, seen: Mapping[int, dict], status: str) -> di
         keys = ("init_s", "first_collective_s") if name == "rendezvous" else ("barrier_s",)
         out = {k: max(v[k] for v in values if k in v) for k in keys if any(k in v for v in values)}
         if name == "barrier":
-            absent = [r for r in range(world) if r not in seen or seen[r]["status"] != "passed"]
+            named = sorted({r for v in values for r in v.get("missing_ranks", [])})
+            absent = named or [r for r in range(world) if r not in seen]
             out.update(missing_ranks=",".join(map(str, absent)), missing_count=len(absent), arrived_count=world - len(absent))
         return out
     out: dict[str, Any] = {"correct": all(v.get("correct") for v in values) if status != "timed_out" else None, "dtype": "float32"}
@@ -617,14 +657,17 @@ def _measure(name: str, world: int, seen: Mapping[int, dict], status: str) -> di
 
 # --- the whole run, in one rank --------------------------------------------------------------------
 
-Expiry = Callable[["Facts | None"], int]
+# rank 0's report writer: (facts, the deadline passed) -> the exit code every rank ends with
+Report = Callable[[Facts, bool], int]
 
 
-def run(options: Options, *, environ: Mapping[str, str] | None = None, on_expiry: Expiry | None = None) -> Facts | None:
-    """This rank's part of the cluster diagnosis: the job's Facts on rank 0, None elsewhere.
+def run(options: Options, report: Report, *, environ: Mapping[str, str] | None = None) -> int:
+    """This rank's part of the cluster diagnosis; returns the exit code, the same on every rank.
 
-    ``on_expiry`` is called from the watchdog thread when the hard deadline passes (rank 0
-    with what it has, the other ranks with None); the process then ends with its return code.
+    Rank 0 hands the job's Facts to ``report`` and shares its return code through the store:
+    under torchrun a node whose ranks exit 0 while another node's fail waits out the agents'
+    exit barrier, so all ranks end alike. At the hard deadline the watchdog thread ends the
+    process (rank 0 first reports what it has).
     """
     environ = dict(os.environ) if environ is None else environ
     me = identity(environ)
@@ -632,13 +675,8 @@ def run(options: Options, *, environ: Mapping[str, str] | None = None, on_expiry
     layout = expected_nodes(me, environ)
     done = threading.Event()
 
-    def partial() -> Facts | None:
-        if me.rank != 0:
-            return None
-        try:
-            steps = rank.steps_of_silent(rank.fresh_client())
-        except Exception:  # the store itself may be what hangs
-            steps = {}
+    def facts(store: Any) -> Facts:
+        steps = rank.steps_of_silent(store)
         return assemble(me, rank.roster, dict(rank.payloads), steps, layout, backend=rank.backend, microtests_run=options.microtests)
 
     def watchdog() -> None:
@@ -646,7 +684,14 @@ def run(options: Options, *, environ: Mapping[str, str] | None = None, on_expiry
             return
         code = 1
         try:
-            code = (on_expiry or (lambda facts: 1))(partial())
+            if me.rank == 0:
+                try:
+                    store = rank.fresh_client()
+                except Exception:  # the store itself may be what hangs
+                    store = None
+                code = report(facts(store), True)
+            else:
+                sys.stderr.write(f"diagnose cluster: rank {me.rank}: the deadline passed at '{rank.step_name}'; exiting\n")
         finally:
             os._exit(code)
 
@@ -657,15 +702,15 @@ def run(options: Options, *, environ: Mapping[str, str] | None = None, on_expiry
         rank.store = rank.connect()
         rank.announce()
         rank.join()
-        complete = len(rank.roster) == me.world_size
-        if options.microtests and complete:
+        if options.microtests and len(rank.roster) == me.world_size:
             rank.run_tests()
         rank.post()
         if me.rank != 0:
-            return None
+            return rank.await_verdict()
         rank.gather()
-        steps = rank.steps_of_silent(rank.store)
-        return assemble(me, rank.roster, rank.payloads, steps, layout, backend=rank.backend, microtests_run=options.microtests)
+        code = report(facts(rank.store), False)
+        rank.share_verdict(code)
+        return code
     finally:
         done.set()
         _leave_group()

@@ -1,0 +1,169 @@
+"""`diagnose cluster` as a job's program: two "nodes" on this machine, over loopback and gloo.
+
+torchrun is started twice (node ranks 0 and 1) like on two hosts; the srun cases start the
+ranks directly with the variables srun sets. Every spawned process carries a marker in its
+environment, so the tests can prove that none is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+_LAUNCHER_PREFIXES = ("SLURM", "TORCHELASTIC_", "NCCL_", "OMPI_", "PMI_", "DIAGNOSE_")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(mark: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(_LAUNCHER_PREFIXES)}
+    env.update(PYTHONPATH=str(ROOT), DIAGNOSE_TEST_MARK=mark, OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def _leftovers(mark: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("DIAGNOSE_TEST_MARK") == mark:
+                found.append(proc)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def _run_all(procs: list[subprocess.Popen], mark: str, limit: float) -> float:
+    """Wait for every process; on overrun kill them all and fail. Returns the wall time."""
+    start = time.monotonic()
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(0.1, limit - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run did not end within {limit} s")
+    finally:
+        for proc in _leftovers(mark):
+            proc.kill()
+    return time.monotonic() - start
+
+
+def _no_orphans(mark: str) -> None:
+    deadline = time.monotonic() + 3  # a killed process may take a moment to be reaped
+    while _leftovers(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _leftovers(mark), "processes of the run were left behind"
+
+
+def _srun_rank(rank: int, nodes: list[str], tasks_per_node: int, port: int, mark: str, args: list[str], log: Path, **extra) -> subprocess.Popen:
+    node = rank // tasks_per_node
+    env = _env(
+        mark, SLURM_JOB_ID="77", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % tasks_per_node),
+        SLURM_NODEID=str(node), SLURM_NTASKS=str(len(nodes) * tasks_per_node), SLURM_NNODES=str(len(nodes)),
+        SLURM_TASKS_PER_NODE=f"{tasks_per_node}(x{len(nodes)})", SLURM_JOB_NODELIST=",".join(nodes),
+        SLURMD_NODENAME=nodes[node], MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra,
+    )  # fmt: skip
+    argv = [sys.executable, "-m", "diagnose", "cluster", "--json", *args]
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _diagnose(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diagnose", *argv], cwd=ROOT, env=_env("offline"), capture_output=True, text=True, timeout=60)
+
+
+def test_two_nodes_under_torchrun_one_report_and_a_planted_nccl_difference(tmp_path):
+    mark, port = uuid.uuid4().hex[:8], _free_port()
+    report, snapshot = tmp_path / "report.json", tmp_path / "facts.json"
+    procs = []
+    for node in (0, 1):
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+            "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "-m", "diagnose", "cluster", "--json", "--out", str(report), "--save-facts", str(snapshot),
+            "--max-size", "64KB", "--timeout", "60", "--join-timeout", "45",
+        ]  # fmt: skip
+        extra = {"NCCL_ALGO": "Ring"} if node == 1 else {}
+        env = _env(mark, DIAGNOSE_NODE_NAME=f"node{node}", **extra)
+        log = (tmp_path / f"node{node}.log").open("wb")
+        procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    _run_all(procs, mark, limit=90)
+    _no_orphans(mark)
+    assert report.exists(), (tmp_path / "node0.log").read_text()[-3000:]
+
+    data = json.loads(report.read_text())
+    cluster = data["facts"]["cluster"]
+    assert sorted(n["name"] for n in cluster["nodes"]) == ["node0", "node1"]
+    assert all(n["reported"] and n["torch"]["version"] for n in cluster["nodes"])
+    assert [r["state"] for r in cluster["ranks"]] == ["reported"] * 4
+    tests = data["facts"]["microtests"]
+    for name in ("rendezvous", "barrier", "all_reduce"):
+        assert (tests[name]["status"], tests[name]["nproc"]) == ("passed", 4), tests[name]
+    assert tests["all_reduce"]["measurements"]["correct"] is True
+    assert tests["all_reduce"]["measurements"]["busbw_gbps_max"] > 0
+    other = next(n for n in cluster["nodes"] if 0 not in n["ranks"])
+    assert other["inter_gbps"] > 0  # measured across the two "nodes"
+    assert all(n["intra_busbw_gbps"] > 0 for n in cluster["nodes"])
+
+    ids = [f["id"] for f in data["findings"]]
+    assert "cluster.nccl-env-mismatch" in ids
+    finding = data["findings"][ids.index("cluster.nccl-env-mismatch")]
+    fired = [e for e in finding["evidence"] if e["state"] == "fired"]
+    assert fired[0]["observed"] == ["NCCL_ALGO"] and finding["score"] >= 5
+    assert all(ids.index("cluster.nccl-env-mismatch") < i for i, f in enumerate(ids) if f.startswith("cluster.") and f != "cluster.nccl-env-mismatch")
+
+    offline = _diagnose("--from", str(snapshot), "--json")  # the saved cluster snapshot, re-diagnosed
+    assert offline.returncode == 1, offline.stderr
+    assert "cluster.nccl-env-mismatch" in [f["id"] for f in json.loads(offline.stdout)["findings"]]
+    text = _diagnose("cluster", "--from", str(snapshot)).stdout
+    assert "Node node0" in text and "Node node1" in text and "NCCL_ALGO" in text
+
+
+def test_a_node_that_never_starts_ends_the_run_within_the_deadline(tmp_path):
+    mark, port = uuid.uuid4().hex[:8], _free_port()
+    nodes = [f"c{mark}a", f"c{mark}b"]
+    args = ["--join-timeout", "3", "--timeout", "20", "--out", str(tmp_path / "report.json")]
+    proc = _srun_rank(0, nodes, 1, port, mark, args, tmp_path / "rank0.log")  # the second node never starts
+    wall = _run_all([proc], mark, limit=30)
+    _no_orphans(mark)
+    assert proc.returncode == 1, (tmp_path / "rank0.log").read_text()[-3000:]
+    assert wall < 18  # the join deadline, not the whole run's, ended it
+
+    data = json.loads((tmp_path / "report.json").read_text())
+    cluster = data["facts"]["cluster"]
+    assert [(r["rank"], r["state"], r["node"]) for r in cluster["ranks"]] == [(0, "reported", nodes[0]), (1, "missing", nodes[1])]
+    assert data["summary"]["top"] == "cluster.missing-rank"
+    missing = next(f for f in data["findings"] if f["id"] == "cluster.missing-rank")
+    assert [nodes[1]] in [e["observed"] for e in missing["evidence"]]
+    assert data["facts"]["microtests"]["rendezvous"]["status"] == "timed_out"
+
+
+def test_a_hung_rank_is_named_where_it_stopped_and_killed_by_its_own_watchdog(tmp_path):
+    mark, port = uuid.uuid4().hex[:8], _free_port()
+    nodes = [f"h{mark}a", f"h{mark}b"]
+    args = ["--join-timeout", "8", "--timeout", "12", "--op-timeout", "2", "--max-size", "4KB", "--out", str(tmp_path / "report.json")]
+    fault = {"DIAGNOSE_CLUSTER_TESTING": "1", "DIAGNOSE_CLUSTER_FAULT": "1:barrier"}
+    procs = [_srun_rank(r, nodes, 1, port, mark, args, tmp_path / f"rank{r}.log", **fault) for r in (0, 1)]
+    wall = _run_all(procs, mark, limit=30)
+    _no_orphans(mark)
+    assert wall < 20
+    assert procs[1].returncode == 1  # the hung rank ended by its watchdog at the deadline
+
+    data = json.loads((tmp_path / "report.json").read_text())
+    ranks = data["facts"]["cluster"]["ranks"]
+    assert (ranks[1]["state"], ranks[1]["step"]) == ("silent", "barrier")
+    barrier = data["facts"]["microtests"]["barrier"]
+    assert barrier["status"] in ("timed_out", "failed") and barrier["measurements"]["missing_ranks"] == "1"
+    assert "cluster.missing-rank" in [f["id"] for f in data["findings"]]
