@@ -15,7 +15,8 @@ constant memory. It returns a ``Log`` with
 
 Lines are attributed to a rank where the launcher says so: a ``[rank3]:`` prefix (torch
 2.2+), a SLURM ``srun --label`` prefix (``3: ...``), an Open MPI ``--tag-output`` prefix
-(``[1,3]<stdout>:``), a ``[rank: 3]`` Lightning prefix, the
+(``[1,3]<stdout>:``, SageMaker's ``[1,mpirank:3,algo-1]<stdout>:``), a ``[rank: 3]`` Lightning
+prefix, the
 ``[Rank 3]`` / ``[PG 0 Rank 3]`` tag of ProcessGroupNCCL messages, and the ``rank : 3``
 lines of torchrun's ``ChildFailedError`` summary. torchrun's ``--tee`` prefix
 (``[default3]:``) names a *local* rank; it goes to ``data["local_rank"]``, not ``rank``.
@@ -104,6 +105,8 @@ Devices and CUDA
   cuda_driver_too_old          "The NVIDIA driver on your system is too old", "driver
                                version is insufficient for CUDA runtime version"
   torch_not_compiled_with_cuda "Torch not compiled with CUDA enabled"
+  no_cuda_gpus                 torch sees no CUDA device: "No CUDA GPUs are available", Lightning's
+                               "But your machine only has: []", "Found no NVIDIA driver"
   cuda_error                   any other "CUDA error: X" [error]
 DDP
   ddp_unused_parameters        "Expected to have finished reduction in the prior iteration",
@@ -357,6 +360,9 @@ _DEFS = [
          r"NVIDIA driver on your system is too old", r"driver version is insufficient for CUDA runtime version"),
     _sig("torch_not_compiled_with_cuda", "a CPU-only torch build", ("not compiled with CUDA enabled",),
          r"Torch not compiled with CUDA enabled"),
+    _sig("no_cuda_gpus", "torch sees no CUDA device (CPU build, no driver, or none visible)",
+         ("No CUDA GPUs are available", "machine only has: []", "Found no NVIDIA driver"),
+         r"No CUDA GPUs are available", r"machine only has: \[\]", r"Found no NVIDIA driver on your system"),
     _sig("cuda_error", "a CUDA runtime error", ("CUDA error: ", "cuda runtime error ("),
          r"CUDA error: (?P<error>[^\n]+)", r"cuda runtime error \(\d+\) : (?P<error>[^\n]+)"),
     # --- DDP ---
@@ -421,7 +427,7 @@ _KEYS = (
     "NCCL built", "NET/", "No space", "No usable", "via ", "vice", "vironment", "/dev/shm",
     "cket", "Got completion", "ADDRINUSE", "Address already", "REFUSED", "Root Cause", "_rank", "_RANK",
     "_unused", "_verify_param", "pickle", "'t get", "Duplicate", "DataLoader", "unique", "usage", "</torch_",
-    "LightningModule",
+    "LightningModule", "No CUDA", "machine only", "Found no",
 )
 _PREFILTER = re.compile(_alternation(_KEYS))
 _ANCHORS_BY_KEY = {k: tuple(a for a in _ANCHORS if k in a) for k in _KEYS}
@@ -436,7 +442,7 @@ _BY_ANCHOR: dict[str, tuple[tuple[int, ...], bool]] = {
 
 # a paste's own line numbers ("[80746] ") may stand before a launcher prefix
 _RANK_PREFIX = re.compile(
-    r"^\s*(?:\[\d+\]\s*)?(?:\[rank(?P<rank>\d+)\]:|\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:)"
+    r"^\s*(?:\[\d+\]\s*)?(?:\[rank(?P<rank>\d+)\]:|\[\d+,(?:mpirank:)?(?P<mpi>\d+)(?:,[^\]]*)?\]<std(?:out|err)>:)"
 )
 _LOCAL_PREFIX = re.compile(r"^\s*\[[A-Za-z_]+(?P<local>\d+)\]:")
 _SLURM_PREFIX = re.compile(r"^\s*(?P<rank>\d{1,5}): ")
@@ -444,7 +450,9 @@ _INLINE_RANK = re.compile(r"\[(?:rank: ?|(?:PG [^\]]*?)?Rank )(?P<rank>\d+)\]")
 _SUMMARY_RANK = re.compile(r"^\s*(?:\[\w+\]:)?\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
-_STRIP_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,\d+\]<std(?:out|err)>:|\d{1,5}:)\s?")
+_STRIP_PREFIX = re.compile(
+    r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,[^\]]*\]<std(?:out|err)>:|\d{1,5}:)\s?"
+)
 _MAX_RANKS = 1 << 16  # distinct GLOBAL_RANK values tracked, to keep memory bounded
 _SUMMARY_SPAN = 8  # lines after "rank : N" that still belong to that rank's summary entry
 

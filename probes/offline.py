@@ -10,7 +10,7 @@ the launcher and its arguments (``torchrun --nproc_per_node=4``, ``srun``, ``mpi
 ``accelerate launch``, ``notebook_launcher(..., num_processes=2)``), the requested
 strategy and devices (``Trainer(strategy="ddp", devices=4)``, ``--gpus 2``),
 ``CUDA_VISIBLE_DEVICES=...`` assignments, notebooks (``ipykernel``, ``notebook_launcher``),
-Lightning's rank banners (world size, visible devices), and NCCL's own ``NCCL_X set by
+Lightning's banners (world size, visible devices, ``GPU available: False``), and NCCL's own ``NCCL_X set by
 environment`` and ``NCCL version`` lines.
 
 A report that itself contains error signatures (a warning pasted into the environment
@@ -59,6 +59,8 @@ _DEVICES = [
     re.compile(r"\bnum_processes\s*=\s*(?P<n>\d+)\b"),
 ]
 _VISIBLE = re.compile(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?=\s|$|;)""")
+# Lightning's banner: "GPU available: True (cuda), used: True"
+_GPU_AVAILABLE = re.compile(r"^GPU available: (True|False)\b", re.MULTILINE)
 _INTERACTIVE = re.compile(
     r"ipykernel|<ipython-input-|/tmp/ipykernel_|google\.colab|\bnotebook_launcher\b|"
     r"(?i:\bjupyter (?:notebook|lab)\b|\bin (?:a )?(?:jupyter|colab)\b)"
@@ -173,6 +175,9 @@ def _stated(facts: Facts, texts: list[str]) -> None:
                 facts.env.source = facts.env.source or "log"
         if _INTERACTIVE.search(text):
             _set(host, "interactive", True)
+        m = _GPU_AVAILABLE.search(text)
+        if m:
+            _set(facts.torch, "cuda_available", m.group(1) == "True")
     if launcher.devices_requested is None and launcher.local_world_size is not None:
         _set(launcher, "devices_requested", launcher.local_world_size)
 

@@ -13,7 +13,8 @@
 * ``nvidia-smi`` (header, device rows, process table), ``nvidia-smi -L``, ``nvidia-smi topo -m``;
 * the headers of nccl-tests and CUDA's ``p2pBandwidthLatencyTest`` (device names,
   ``CANNOT Access Peer``);
-* ``pip freeze`` lines and ``VAR=value`` lines of allow-listed variables (NCCL_*, CUDA_*, ...).
+* ``pip freeze`` lines, ``conda list`` tables (a ``pytorch`` / ``_pytorch_select`` build string
+  says CPU or which CUDA), and ``VAR=value`` lines of allow-listed variables (NCCL_*, CUDA_*, ...).
 
 Anything else is ignored: a value is taken only where its key is known and the value has
 the expected shape (a version where a version belongs), so prose is not misread as a
@@ -40,6 +41,7 @@ _KEY_VALUE = re.compile(r"^(?P<key>[^:]{1,80}?)\s*:\s*(?P<value>.*)$")
 _EXAMPLE = re.compile(r"\(\s*e\.?\s*g\.?[^)]*\)", re.IGNORECASE)
 _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>GPU-[\w-]+)\))?\s*$")
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
+_CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[\w.+!-]+)\s*$")
 _ENV_NAME = re.compile(
     r"^(?:NCCL_\w+|CUDA_\w+|TORCH_\w+|PYTORCH_\w+|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|"
@@ -149,7 +151,7 @@ class _Found:
                 entry[key] = value
 
     def package(self, name: str, version: str | None) -> None:
-        if version and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name):
+        if version and re.match(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$", name):
             self.packages.setdefault(canonical_package(name), version)
 
 
@@ -164,6 +166,7 @@ class _Parser:
         self.smi_devices: list[int] = []
         self.in_processes = False
         self.saw_processes = False
+        self.in_conda = False  # rows of a `conda list` table follow its header
         self.nccl_tests_host: str | None = None
 
     def line(self, raw: str) -> None:
@@ -268,12 +271,17 @@ class _Parser:
                 if freeze:
                     f.package(freeze.group("name"), freeze.group("version"))
             else:
-                parts = rest.split()
-                if len(parts) >= 2 and _version(parts[1]):
-                    # conda's "pytorch" is torch; the pip name is what rules use
-                    name = "torch" if parts[0] == "pytorch" else parts[0]
-                    f.package(name, parts[1])
+                self.conda_row(rest.split())
             return True
+        if _CONDA_HEADER.match(line):
+            self.in_conda = True
+            return True
+        if self.in_conda:
+            parts = line.split()
+            if 2 <= len(parts) <= 4 and _version(parts[1]) == parts[1]:
+                self.conda_row(parts)
+                return True
+            self.in_conda = False
         m = _FREEZE.match(line)
         if m:
             f.package(m.group("name"), m.group("version"))
@@ -283,6 +291,23 @@ class _Parser:
             f.env.setdefault(m.group("name"), m.group("value").strip("'\""))
             return True
         return False
+
+    def conda_row(self, parts: list[str]) -> None:
+        """A `conda list` row: name, version, build string, channel."""
+        f = self.found
+        if len(parts) < 2 or not _version(parts[1]):
+            return
+        name, version, build = parts[0], parts[1], parts[2] if len(parts) > 2 else ""
+        # conda's "pytorch" is torch; the pip name is what rules use
+        f.package("torch" if name == "pytorch" else name, version)
+        if name in ("pytorch", "pytorch-mutex", "_pytorch_select"):
+            # the build string says which variant was installed: py3.9_cuda11.3_cudnn8.2.0_0, cpu_0
+            cuda = re.search(r"(?:^|_)cuda(\d+)\.?(\d)", build)
+            if cuda:
+                f.set(f.torch, "cuda_build", True)
+                f.set(f.torch, "cuda", f"{int(cuda.group(1))}.{cuda.group(2)}")
+            elif re.search(r"(?:^|_)cpu(?:_|$)", build):
+                f.set(f.torch, "cuda_build", False)
 
     def smi(self, line: str) -> None:
         f = self.found

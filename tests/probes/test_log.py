@@ -65,6 +65,7 @@ SAMPLES = {
     "cuda_arch_incompatible": "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
     "cuda_driver_too_old": "AssertionError: The NVIDIA driver on your system is too old (found version 10010).",
     "torch_not_compiled_with_cuda": 'AssertionError: Torch not compiled with CUDA enabled',
+    "no_cuda_gpus": " But your machine only has: []",
     "cuda_error": "RuntimeError: CUDA error: an illegal memory access was encountered",
     "ddp_unused_parameters": "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
     "ddp_param_shape_mismatch": "RuntimeError: DDP expects same model across all ranks, but Rank 0 has 2 params, while rank 1 has inconsistent 1 params.",
@@ -177,6 +178,11 @@ def test_duplicate_global_rank_from_lightning_banners():
     (dup,) = sigs(log, "duplicate_global_rank")
     assert dup.rank == 1 and dup.line == 3
     assert [s.rank for s in sigs(log, "lightning_ddp_init")] == [1, 0, 1]
+
+
+def test_sagemaker_mpi_tag():
+    log = log_from_text("[1,mpirank:3,algo-1]<stderr>:RuntimeError: CUDA error: out of memory")
+    assert [s.rank for s in sigs(log, "cuda_oom")] == [3]
 
 
 def test_slurm_label_prefix_and_lightning_rank_tag():

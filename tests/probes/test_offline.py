@@ -120,3 +120,8 @@ def test_lightning_banners_and_nccl_info_fill_facts():
     facts = offline_facts(logs=[("log", io.StringIO(log))])
     assert facts.launcher.world_size == 2 and facts.gpus.visible == ["0"]
     assert facts.env.values == {"NCCL_P2P_DISABLE": "1"} and facts.torch.nccl == "2.18.1"
+
+
+def test_lightning_gpu_banner():
+    facts = offline_facts(logs=[("log", io.StringIO("GPU available: False, used: False\nTPU available: False"))])
+    assert facts.torch.cuda_available is False

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from probes.facts import Facts
 from probes.report import parse_report
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reports"
+FIXTURES = REPORTS_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "reports"
 
 
 def report(name: str) -> Facts:
@@ -240,3 +240,14 @@ def test_fuzz_never_raises_and_validates(lines):
     facts = parse_report("\n".join(lines))
     Facts.model_validate(facts.model_dump())
     assert facts.packages.complete is False
+
+
+def test_conda_list_says_cpu_or_cuda_build():
+    cpu = parse_report("# Name                    Version                   Build  Channel\n"
+                       "_libgcc_mutex             0.1                        main  \n"
+                       "_pytorch_select           0.1                       cpu_0  \n"
+                       "I then ran the script")
+    assert cpu.torch.cuda_build is False and cpu.packages.lookup("_pytorch_select") == (True, "0.1")
+    gpu = parse_report((REPORTS_DIR / "collect_env_no_torch.txt").read_text()
+                       + "\n[conda] pytorch                   1.10.2          py3.9_cuda11.3_cudnn8.2.0_0    pytorch")
+    assert gpu.torch.cuda_build is True and gpu.torch.cuda == "11.3"
