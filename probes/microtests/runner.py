@@ -17,7 +17,7 @@ from pathlib import Path
 from probes.facts import MicroTest, MicroTests
 from probes.microtests.channel import RankReport, read_report
 from probes.microtests.checks import SIZES, size_label
-from probes.microtests.watchdog import Launch, Watched, supervise
+from probes.microtests.watchdog import Launch, Watched, supervise, who
 from probes.microtests.worker import classify
 
 TEST_NAMES = ("rendezvous", "barrier", "all_reduce", "placement", "duplicate_gpu", "lightning_fit")
@@ -260,8 +260,7 @@ def verdict(run: Run) -> tuple[str, str | None]:
     for key in first:
         if exits[key].signalled:
             where = run.reports[key].last_step if isinstance(key, int) else "launch"
-            who = f"rank {key}" if isinstance(key, int) else str(key)
-            error = f"{who} died from {exits[key].describe()} at step '{where}'"
+            error = f"{who(key)} died from {exits[key].describe()} at step '{where}'"
             said = _telling_line(run.watched.output.get(key, ""))
             # NCCL's own watchdog aborts a rank whose collective outlived the group's timeout.
             status = "timed_out" if said and classify(said)[0] else "failed"
@@ -270,12 +269,13 @@ def verdict(run: Run) -> tuple[str, str | None]:
     reported = [(k, r) for k, r in reports if r is not None and r.error]
     if reported:
         key, report = min(reported, key=lambda kr: kr[1].error_time or 0.0)
-        who = f"rank {key}" if isinstance(key, int) else str(key)
-        return ("timed_out" if report.timeout else "failed"), f"{who}: {_clean(report.error)}"
+        return ("timed_out" if report.timeout else "failed"), f"{who(key)}: {_clean(report.error)}"
     if first:
         key = first[0]
-        who = f"rank {key}" if isinstance(key, int) else str(key)
-        return "failed", f"{who} {exits[key].describe()}: {_clean(_last_output_line(run, key))}"
+        return (
+            "failed",
+            f"{who(key)} {exits[key].describe()}: {_clean(_last_output_line(run, key))}",
+        )
     if run.watched.deadline_hit:
         stuck = [f"rank {r} at '{rep.last_step}'" for r, rep in run.reports.items() if not rep.done]
         return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(

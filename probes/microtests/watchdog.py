@@ -61,6 +61,10 @@ class Watched:
     output: dict[int | str, str] = field(default_factory=dict)  # tail of each one's output
 
 
+def who(key: int | str) -> str:
+    return f"rank {key}" if isinstance(key, int) else str(key)
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -161,11 +165,7 @@ def supervise(
             if now >= deadline:
                 why, deadline_hit = f"at the {timeout_s:g} s deadline", True
             elif failed_at is not None and now >= failed_at + grace_s:
-                why = (
-                    f"after {failed_first[0]} failed"
-                    if isinstance(failed_first[0], str)
-                    else (f"after rank {failed_first[0]} failed")
-                )
+                why = f"after {who(failed_first[0])} failed"
             if why:
                 for key in popens:
                     exits.setdefault(key, Exit(None, killed=why))
