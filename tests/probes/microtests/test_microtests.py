@@ -23,7 +23,14 @@ def _leftovers() -> list[psutil.Process]:
         cmd = proc.info["cmdline"] or []
         if "--parent-pid" in cmd and cmd[cmd.index("--parent-pid") + 1 :][:1] == [me]:
             found[proc.pid] = proc
-    return [p for p in found.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture
