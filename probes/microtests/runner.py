@@ -505,5 +505,7 @@ def run_microtests(
         except Exception as exc:  # an internal failure is a result; the other tests still run
             test = MicroTest(status="error", error=f"{type(exc).__name__}: {exc}")
         setattr(result, name, test)
+        if test.status == "skipped" and test.reason:
+            result.unavailable[name] = test.reason
         notify(name, "failed" if test.status == "error" else test.status, _detail(test))
     return result

@@ -64,7 +64,8 @@ def test_the_suite_passes_on_two_gloo_ranks():
     assert result.barrier.measurements["missing_count"] == 0
     assert result.lightning_fit.measurements["global_step"] == 4
     if result.placement.status == "skipped":  # no GPU here
-        assert result.placement.reason and result.duplicate_gpu.reason
+        assert result.unavailable["placement"] == result.placement.reason
+        assert result.duplicate_gpu.reason
     assert [(n, s) for n, s, _ in seen] == [
         (n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)
     ]
