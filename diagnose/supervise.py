@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -292,6 +293,8 @@ def supervise(
                                                      py_spy=py_spy or find_pyspy(), methods=methods))
         if result.outcome != "hung" or not keep:
             tee.join(timeout=5.0)
+            # the hook's FIFOs and stack files served the live job only; what they gave is in the facts
+            shutil.rmtree(hook_dir, ignore_errors=True)
         result.log_path = log_path
         if result.outcome != "hung":
             with tee.lock:
