@@ -151,3 +151,27 @@ def test_a_rank_on_a_foreign_gpu_fails_placement():
     test = judge("placement", run)
     assert test.status == "failed"
     assert test.error == "ranks 1 hold memory on a GPU not their own"
+
+
+def test_ddp_spawn_ranks_are_judged_through_their_launcher():
+    launcher = RankReport(
+        steps=["started", "trainer", "fit"], measurements={"fit_s": 2.0}, done=True
+    )
+    ranks = {
+        r: RankReport(steps=["setup", "training_step 3", "fit done"], measurements=m)
+        for r, m in ((0, {"global_step": 4, "loss_finite": True}), (1, {}))
+    }
+    watched = Watched({"launcher": Exit(0)}, False, [], 3.0)
+    extra = {"shared": False, "strategy": "ddp_spawn"}
+    test = judge("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
+    assert test.status == "passed"
+    assert test.ranks == {"0": "fit done; exit 0", "1": "fit done; exit 0"}
+    assert test.measurements == {
+        "strategy": "ddp_spawn",
+        "fit_s": 2.0,
+        "global_step": 4,
+        "loss_finite": True,
+    }
+    ranks[1].steps.remove("fit done")
+    test = judge("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
+    assert (test.status, test.error) == ("failed", "ranks 1 never finished Trainer.fit")
