@@ -171,7 +171,8 @@ def cmd_diagnose(argv: Sequence[str]) -> int:
     from diagnose.kb import load_kb
 
     kb = load_kb(args.kb)
-    if fmt is None and sys.stdout.isatty() and sys.stdin.isatty():
+    # Textual draws on stderr: with stderr redirected the view would be invisible
+    if fmt is None and sys.stdout.isatty() and sys.stdin.isatty() and sys.stderr.isatty():
         from diagnose.tui import run_tui
 
         return run_tui(args, kb)
