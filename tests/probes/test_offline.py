@@ -6,6 +6,8 @@ import io
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from probes.facts import Facts
 from probes.log import LogError
@@ -125,3 +127,15 @@ def test_lightning_banners_and_nccl_info_fill_facts():
 def test_lightning_gpu_banner():
     facts = offline_facts(logs=[("log", io.StringIO("GPU available: False, used: False\nTPU available: False"))])
     assert facts.torch.cuda_available is False
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=600), st.text(max_size=600))
+def test_fuzz_offline_never_raises_on_text(report_text, log_text):
+    try:
+        facts = offline_facts([("env", report_text)], [("log", io.StringIO(log_text))])
+    except LogError as exc:  # only for a log that is mostly control characters
+        assert str(exc).startswith("log: not a text log")
+        return
+    Facts.model_validate(facts.model_dump())
+    assert facts.inputs == ["report:env", "log:log"]
