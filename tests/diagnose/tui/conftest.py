@@ -1,8 +1,10 @@
-"""Reports for the TUI tests, from the shared snapshot fixtures.
+"""Reports for the TUI tests.
 
-The rule base is a fixed list of shipped rule files rather than all of kb/, so that adding a
-rule elsewhere does not redraw every golden screen here; a change to one of these rules does,
-and `pytest --snapshot-update` takes it.
+The pilot tests evaluate the shared snapshot fixtures against a fixed list of shipped rule
+files (not all of kb/, so a new rule elsewhere does not change what they navigate). The golden
+screens render saved reports (tests/fixtures/tui/*.report.json, written by
+`diagnose --json --from tests/fixtures/snapshots/NAME.json`), so editing a rule's wording does
+not redraw them: they change only when the TUI or the Report model does.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from diagnose.kb import KB, load_rule_file, shipped_kb_dir
 from diagnose.report import Report
 from probes.facts import load_snapshot
 
-SNAPSHOTS = Path(__file__).parents[2] / "fixtures" / "snapshots"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
+SNAPSHOTS = FIXTURES / "snapshots"
 PINNED_RULES = (
     "ddp/checkpoint-on-gpu0",
     "devices/cuda-visible-devices",
@@ -59,3 +62,11 @@ def report_for(kb):
 @pytest.fixture(scope="session")
 def duplicate_gpu(report_for) -> Report:
     return report_for("devices_duplicate-gpu")
+
+
+@pytest.fixture(scope="session")
+def saved_report():
+    def load(name: str) -> Report:
+        return Report.model_validate_json((FIXTURES / "tui" / f"{name}.report.json").read_text(encoding="utf-8"))
+
+    return load
