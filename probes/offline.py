@@ -1,7 +1,8 @@
 """Offline evidence: pasted environment reports and logs combined into one ``Facts``.
 
 ``offline_facts(reports, logs)`` parses every report (``probes.report``), reads every log
-(``probes.log``) and merges them: for a plain field the first input that states it wins
+(``probes.log``; the retained lines of a log are also read as a report, since users paste
+nvidia-smi tables and nccl-tests headers into their logs) and merges them: for a plain field the first input that states it wins
 (reports before logs, in the order given); keyed sections (packages, env) merge their
 names; the log section concatenates lines and signatures, each tagged with its source.
 
@@ -24,7 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from probes.facts import Facts, Gpu, Log, Section, Skipped
+from probes.facts import Facts, Gpu, Log, Section, Skipped, Source
 from probes.log import log_from_text, read_log
 from probes.report import parse_report
 
@@ -86,7 +87,10 @@ def offline_facts(
             log_parts.append(from_report)
     for name, source in logs:
         facts.inputs.append(f"log:{name}")
-        log_parts.append(read_log(source, name))
+        log = read_log(source, name)
+        log_parts.append(log)
+        # tables pasted into a log (nvidia-smi, nccl-tests headers) are facts too, from the log
+        _merge(facts, _relabelled(parse_report("\n".join(line.text for line in log.lines or []), name), "log"))
     if logs or log_parts:
         facts.log = _merged_logs(log_parts)
     lines = [line.text for line in facts.log.lines or []]
@@ -109,6 +113,14 @@ def _merge(into: Facts, new: Facts) -> None:
             for key, value in source.values.items():
                 target.values.setdefault(key, value)
             target.source = target.source or source.source
+
+
+def _relabelled(facts: Facts, source: Source) -> Facts:
+    for name in ("host", "torch", "gpus", "driver", "launcher", "packages", "env"):
+        section = getattr(facts, name)
+        if section.source is not None:
+            section.source = source
+    return facts
 
 
 def _merge_section(target: Section, source: Section) -> None:

@@ -139,3 +139,10 @@ def test_fuzz_offline_never_raises_on_text(report_text, log_text):
         return
     Facts.model_validate(facts.model_dump())
     assert facts.inputs == ["report:env", "log:log"]
+
+
+def test_a_table_pasted_in_the_log_is_a_fact_from_the_log():
+    log = (REPORTS / "nccl_tests_header.txt").read_text()
+    facts = offline_facts([("env", "PyTorch version: 2.1.0")], [("log", io.StringIO(log))])
+    assert facts.gpus.count == 4 and facts.gpus.source == "log"
+    assert facts.torch.source == "report" and facts.torch.version == "2.1.0"
