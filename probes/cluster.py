@@ -344,9 +344,12 @@ class _Rank:
 
         self.step("init_process_group")
         start = time.perf_counter()
+        # gloo raises at the timeout and the run goes on; NCCL's own watchdog would abort the
+        # process instead, so under NCCL the hard deadline (rank 0 reports what it has) comes first
+        timeout = self.clock.op_timeout() if self.backend != "nccl" else timedelta(seconds=self.clock.left() + 60)
         dist.init_process_group(
             self.backend, store=dist.PrefixStore(self.key("pg"), self.store),
-            rank=self.me.rank, world_size=self.me.world_size, timeout=self.clock.op_timeout(),
+            rank=self.me.rank, world_size=self.me.world_size, timeout=timeout,
         )  # fmt: skip
         result.measurements["init_s"] = round(time.perf_counter() - start, 4)
         self.step("first all_reduce")
