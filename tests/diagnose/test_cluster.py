@@ -68,15 +68,18 @@ def _no_orphans(mark: str) -> None:
     assert not _leftovers(mark), "processes of the run were left behind"
 
 
-def _srun_rank(rank: int, nodes: list[str], tasks_per_node: int, port: int, mark: str, args: list[str], log: Path, **extra) -> subprocess.Popen:
+def _srun_rank(rank: int, nodes: list[str], tasks_per_node: int, port: int, mark: str, args: list[str], log: Path,
+               prefix: tuple[str, ...] = (), **extra: str) -> subprocess.Popen:  # fmt: skip
+    """One rank as srun starts it: SLURM's variables, rank 0's node hosting the store."""
     node = rank // tasks_per_node
-    env = _env(
-        mark, SLURM_JOB_ID="77", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % tasks_per_node),
+    slurm = dict(
+        SLURM_JOB_ID="77", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % tasks_per_node),
         SLURM_NODEID=str(node), SLURM_NTASKS=str(len(nodes) * tasks_per_node), SLURM_NNODES=str(len(nodes)),
         SLURM_TASKS_PER_NODE=f"{tasks_per_node}(x{len(nodes)})", SLURM_JOB_NODELIST=",".join(nodes),
-        SLURMD_NODENAME=nodes[node], MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **extra,
+        SLURMD_NODENAME=nodes[node], MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
     )  # fmt: skip
-    argv = [sys.executable, "-m", "diagnose", "cluster", "--json", *args]
+    env = _env(mark, **{**slurm, **extra})
+    argv = [*prefix, sys.executable, "-m", "diagnose", "cluster", "--json", *args]
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -167,3 +170,51 @@ def test_a_hung_rank_is_named_where_it_stopped_and_killed_by_its_own_watchdog(tm
     barrier = data["facts"]["microtests"]["barrier"]
     assert barrier["status"] in ("timed_out", "failed") and barrier["measurements"]["missing_ranks"] == "1"
     assert "cluster.missing-rank" in [f["id"] for f in data["findings"]]
+
+
+@pytest.fixture
+def slow_host():
+    """A network namespace behind a veth pair limited to 200 Mbit/s: a second address, a slow link."""
+    tag = uuid.uuid4().hex[:6]
+    ns, outside, inside = f"dg{tag}", f"dg{tag}o", f"dg{tag}i"
+    steps = [
+        ["ip", "netns", "add", ns],
+        ["ip", "link", "add", outside, "type", "veth", "peer", "name", inside],
+        ["ip", "link", "set", inside, "netns", ns],
+        ["ip", "addr", "add", "10.213.7.1/24", "dev", outside],
+        ["ip", "link", "set", outside, "up"],
+        ["ip", "netns", "exec", ns, "ip", "addr", "add", "10.213.7.2/24", "dev", inside],
+        ["ip", "netns", "exec", ns, "ip", "link", "set", inside, "up"],
+        ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inside, "root", "tbf", "rate", "200mbit", "burst", "64kb", "latency", "100ms"],
+    ]
+    try:
+        for argv in steps:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            if done.returncode:
+                pytest.skip(f"no network namespaces here: {' '.join(argv[:3])}: {done.stderr.strip()}")
+        yield ns, outside, inside
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)  # takes the veth pair with it
+
+
+def test_a_node_behind_a_slow_link_is_named(tmp_path, slow_host):
+    ns, outside, inside = slow_host
+    mark, port = uuid.uuid4().hex[:8], _free_port()
+    nodes = [f"s{mark}{i}" for i in range(3)]
+    args = ["--join-timeout", "40", "--timeout", "50", "--max-size", "256KB", "--out", str(tmp_path / "report.json")]
+    procs = []
+    for rank in range(3):
+        # gloo must talk over the veth pair; the third "node" lives behind the limited end
+        env = {"MASTER_ADDR": "10.213.7.1", "GLOO_SOCKET_IFNAME": inside if rank == 2 else outside}
+        prefix = ("ip", "netns", "exec", ns) if rank == 2 else ()
+        procs.append(_srun_rank(rank, nodes, 1, port, mark, args, tmp_path / f"rank{rank}.log", prefix, **env))
+    _run_all(procs, mark, limit=60)
+    _no_orphans(mark)
+
+    data = json.loads((tmp_path / "report.json").read_text())
+    cluster = data["facts"]["cluster"]
+    speeds = {n["name"]: n["inter_gbps"] for n in cluster["nodes"]}
+    assert speeds[nodes[2]] < speeds[nodes[1]] / 2, speeds
+    assert "cluster.slow-node" in [f["id"] for f in data["findings"]]
+    slow = next(f for f in data["findings"] if f["id"] == "cluster.slow-node")
+    assert [nodes[2]] in [e["observed"] for e in slow["evidence"]]
