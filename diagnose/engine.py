@@ -264,6 +264,27 @@ def _item(check: Any, result: _Result) -> EvidenceItem:
     )
 
 
+def _need(check: Any) -> str:
+    """What is missing for an unknown check, as a user would supply it."""
+    if isinstance(check, FactCheck):
+        return check.fact
+    if isinstance(check, (LogCheck, SignatureCheck)):
+        return "log"
+    if isinstance(check, MicrotestCheck):
+        return f"microtests.{check.microtest}"
+    if isinstance(check, HangCheck):
+        return "hang"
+    return " or ".join(_merge(*[[_need(c)] for c in check.any]))
+
+
+def _needs(checks: Any) -> list[str]:
+    return _merge([_need(c) for c in checks])
+
+
+def _merge(*lists: list[str]) -> list[str]:
+    return list(dict.fromkeys(item for items in lists for item in items))
+
+
 def _confidence(score: float, gate_unknown: bool) -> str:
     levels = ["low", "medium", "high"]
     level = 2 if score >= 6 else 1 if score >= 3 else 0
@@ -307,10 +328,10 @@ def evaluate(facts: Facts, kb: KB) -> Report:
             kind, what, expected = describe(failed)
             ruled_out.append(_outcome(rule, f"{what} is not {expected}"))
             continue
-        gate_unknown = [describe(c)[1] for c, r in gate if r.state == UNKNOWN]
+        gate_unknown = _needs(c for c, r in gate if r.state == UNKNOWN)
         results = [(check, _evaluate(check, ctx)) for check in rule.evidence]
         score = round(sum(c.weight for c, r in results if r.state == FIRED), 3)
-        unknown = [describe(c)[1] for c, r in results if r.state == UNKNOWN and c.weight > 0]
+        unknown = _needs(c for c, r in results if r.state == UNKNOWN and c.weight > 0)
         fired = any(r.state == FIRED and c.weight > 0 for c, r in results)
         if fired and score >= rule.min_score:
             if context is None:
@@ -325,7 +346,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
                     explain=rule.explain.strip(),
                     evidence=[_item(c, r) for c, r in results],
                     gate=[_item(c, r) for c, r in gate],
-                    missing=gate_unknown + unknown,
+                    missing=_merge(gate_unknown, unknown),
                     fixes=render_fixes(rule, context),
                     references=list(rule.references),
                 )
@@ -335,7 +356,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         elif rule.when and not gate_unknown:
             possible.append(_outcome(rule, "its conditions hold; its evidence could not be checked", unknown))
         else:
-            not_checked.append(_outcome(rule, "the facts it needs are unknown", gate_unknown + unknown))
+            not_checked.append(_outcome(rule, "the facts it needs are unknown", _merge(gate_unknown, unknown)))
 
     findings.sort(key=_rank_key)
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}

@@ -74,6 +74,27 @@ def machine_summary(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
+def microtest_rows(report: Report) -> list[tuple[str, str, str]]:
+    """(test, status, detail) for each micro-test that ran or was skipped."""
+    rows = []
+    tests = report.facts.microtests
+    for name in type(tests).model_fields:
+        test = getattr(tests, name)
+        if name in ("source", "unavailable") or test is None:
+            continue
+        error_lines = (test.error or "").strip().splitlines()
+        problem = test.reason or (error_lines[0] if error_lines else "")
+        busbw = test.measurements.get("busbw_gbps_max")
+        where = f"{test.nproc} ranks, {test.backend}" if test.nproc and test.backend else ""
+        detail = problem or ", ".join(
+            part
+            for part in (where, f"busbw up to {busbw:.2f} GB/s" if isinstance(busbw, (int, float)) else "", f"{test.duration_s:.1f} s" if test.duration_s else "")
+            if part
+        )
+        rows.append((name, test.status, detail))
+    return rows
+
+
 def fired(finding: Finding) -> list[EvidenceItem]:
     return [e for e in finding.evidence if e.state == "fired"]
 
@@ -126,6 +147,15 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
         if urls:
             console.print(Padding(f"[dim]See {escape(urls[0])}[/]", (0, 0, 0, 3)))
 
+    checks = microtest_rows(report)
+    if checks:
+        console.print()
+        console.print("[bold]Micro-tests[/]")
+        grid = Table.grid(padding=(0, 2))
+        for name, status, detail in checks:
+            style = {"passed": "green", "skipped": "dim"}.get(status, "bold red")
+            grid.add_row(f"  {name}", f"[{style}]{status}[/]", escape(detail))
+        console.print(grid)
     console.print()
     console.print(
         f"[dim]{len(report.possible)} possible but unconfirmed, {len(report.not_checked)} not checked, "
@@ -177,6 +207,11 @@ def render_markdown(report: Report) -> str:
             out += ["", f"**Fix: {fix.title}**", "", f"```{fix.language}", fix.snippet.rstrip(), "```"]
         if finding.references:
             out += ["", "References: " + ", ".join(f"<{ref}>" for ref in finding.references)]
+        out.append("")
+    checks = microtest_rows(report)
+    if checks:
+        out += ["| micro-test | status | detail |", "|---|---|---|"]
+        out += [f"| {name} | {status} | {_md(detail)} |" for name, status, detail in checks]
         out.append("")
     sections = [("Possible, unconfirmed", report.possible), ("Not checked", report.not_checked)]
     for heading, outcomes in sections:

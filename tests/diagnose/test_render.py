@@ -24,7 +24,7 @@ SEEDS = {
     "devices.duplicate-gpu",
     "devices.hook-device-mismatch",
 }
-CASES = ["devices_duplicate-gpu", "healthy"]
+CASES = ["devices_duplicate-gpu", "healthy", "cpu-machine-live"]  # the last one recorded on a 2-core CPU machine
 
 
 @pytest.fixture(scope="module")
