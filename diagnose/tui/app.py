@@ -136,6 +136,7 @@ class DiagnoseApp(App[None]):
         if isinstance(self.screen, RunScreen):
             self.screen.update_step(message.step, message.state, message.detail, message.at)
 
+    # once the user has quit, a run cut short by it is neither a result nor an error
     def on_report_ready(self, message: ReportReady) -> None:
         if self._quitting:
             return
@@ -143,6 +144,8 @@ class DiagnoseApp(App[None]):
         self.switch_screen(ResultsScreen(message.report))
 
     def on_run_failed(self, message: RunFailed) -> None:
+        if self._quitting:
+            return
         self.error = message.error
         self.exit()
 
@@ -211,7 +214,8 @@ def cli_gather(args: argparse.Namespace, steps: Sequence[str]) -> Gather:
 
 
 def run_tui(args: argparse.Namespace, kb: KB) -> int:
-    """Show the diagnosis until the user quits; the exit code follows the CLI contract."""
+    """Show the diagnosis until the user quits; the exit code follows the CLI contract, for
+    the last diagnosis shown (quitting during a re-run keeps the one before)."""
     from diagnose.cli import Exit
 
     steps = planned_steps(args)

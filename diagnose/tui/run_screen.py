@@ -20,13 +20,14 @@ STATES = {
     "passed": ("✓", "green"),
     "failed": ("✗", "bold red"),
     "timed_out": ("⏱", "bold red"),
+    "error": ("✗", "bold red"),
     "skipped": ("–", "yellow"),
 }
-FINAL = {"passed", "failed", "timed_out", "skipped", "error"}
+FINAL = set(STATES) - {"pending", "running"}
 
 
 def state_cell(state: str) -> Text:
-    mark, style = STATES.get(state, ("?", "bold red"))
+    mark, style = STATES.get(state, ("?", "bold"))
     return Text(f"{mark} {state.replace('_', ' ')}", style=style)
 
 
