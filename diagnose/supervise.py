@@ -3,13 +3,15 @@
 The command starts in its own session (so its whole tree can be signalled as one group),
 its output passes through unchanged (its stdout goes to stderr when stdout must carry a
 JSON or markdown document) and a copy is kept in ``OUT/output.log``. Progress is new
-output, or a process of the job using more than ``CPU_BUSY`` of a core. After
-``--hang-after`` seconds without progress, or ``SILENT_BUSY_FACTOR`` times that without
-output while some process spins (NCCL busy-waits at 100% CPU in a collective that never
-completes), the job is declared hung: every rank's stack is taken (``probes.hang``), the
-tree is ended (TERM, then KILL after ``--grace``) unless ``--keep``, and the output up to
-the moment of the hang goes through the offline log reader. A job that ends by itself is
-diagnosed from its log alone. The report is printed and saved in OUT with the log.
+output, or a rank process using more than ``CPU_BUSY`` of a core or reading or writing
+anything (a rank importing torch from a slow disk uses little CPU). After
+``--hang-after`` seconds without progress the job is declared hung; so is a job silent for
+that long whose busy ranks (NCCL busy-waits at 100% CPU) are found twice, ``--hang-after``
+apart, at the same place waiting on their peers (``probes.hang.PEER_WAITS``). Then every
+rank's stack is taken (``probes.hang``), the tree is ended (TERM, then KILL after
+``--grace``) unless ``--keep``, and the output up to the moment of the hang goes through the
+offline log reader. A job that ends by itself is diagnosed from its log alone. The report
+is printed and saved in OUT with the log.
 
 Exit status: the job's own when it ended by itself (128+N for a signal N), ``Exit.FINDINGS``
 (1) for a hang, 130 when interrupted; 2 and 3 as everywhere else.
@@ -35,11 +37,11 @@ from typing import IO
 import psutil
 
 from diagnose.cli import Exit, UsageError, _kb_option, _Parser
+from probes.hang import spin_signature
 
 DEFAULT_HANG_AFTER_S = 300.0
 DEFAULT_GRACE_S = 10.0
-CPU_BUSY = 0.10  # of one core, per process, over a poll interval
-SILENT_BUSY_FACTOR = 3.0
+CPU_BUSY = 0.02  # of one core, per rank, over a poll interval: a rank waiting in a collective uses ~0
 TREE_REFRESH_S = 5.0  # a full process scan costs far more than reading known processes
 FR_BUFFER_ENTRIES = "2000"
 INTERRUPTED = 130
@@ -176,53 +178,55 @@ class _Tee:
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
-class _CpuWatch:
-    """Whether any process of the job used a noticeable share of a core since the last look."""
+class _RankWatch:
+    """Whether a rank used a noticeable share of a core, or read or wrote anything, since the last look.
+
+    Only the ranks count (``probes.hang.find_ranks``): a launcher polls its workers and keeps
+    its rendezvous alive, and helpers (a logger's service process, DataLoader workers that
+    fill their queue) keep going while the ranks themselves are stuck.
+    """
 
     def __init__(self, root_pid: int, refresh_s: float) -> None:
         self.root_pid = root_pid
         self.refresh_s = refresh_s
         self.procs: dict[int, psutil.Process] = {}
-        self.seen: dict[int, float] = {}
+        self.seen: dict[int, tuple[float, int]] = {}  # pid -> (CPU seconds, characters read + written)
         self.refreshed = 0.0
         self.rank_env: dict[str, str] | None = None
 
     def _refresh(self, now: float) -> None:
+        from probes.hang import find_ranks
+
         self.refreshed = now
-        try:
-            root = psutil.Process(self.root_pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        self.procs = {p.pid: p for p in tree}
-        if self.rank_env is None:
-            for proc in tree:
-                try:
-                    env = proc.environ()
-                except (psutil.Error, OSError):
-                    continue
-                if "RANK" in env or "LOCAL_RANK" in env:
-                    self.rank_env = env
-                    break
+        procs = {}
+        for rank in find_ranks(self.root_pid):
+            try:
+                procs[rank.pid] = self.procs.get(rank.pid) or psutil.Process(rank.pid)
+                if self.rank_env is None and rank.local_rank is not None:
+                    env = procs[rank.pid].environ()
+                    self.rank_env = env if "RANK" in env or "LOCAL_RANK" in env else None
+            except (psutil.Error, OSError):
+                continue
+        self.procs = procs
 
     def busy(self, now: float, interval: float) -> bool:
         if now - self.refreshed >= self.refresh_s:
             self._refresh(now)
         busy = False
-        wall = time.time()
         for pid, proc in list(self.procs.items()):
             try:
-                times = proc.cpu_times()
-                # a process not seen before is measured over its life so far
-                before, span = self.seen.get(pid), interval
-                if before is None:
-                    before, span = 0.0, max(interval, wall - proc.create_time())
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    io = proc.io_counters()
             except psutil.Error:
                 self.procs.pop(pid, None)
                 continue
-            total = times.user + times.system
-            self.seen[pid] = total
-            if total - before > CPU_BUSY * span:
+            cpu = times.user + times.system
+            chars = getattr(io, "read_chars", io.read_bytes) + getattr(io, "write_chars", io.write_bytes)
+            before = self.seen.get(pid)
+            self.seen[pid] = (cpu, chars)
+            # a rank seen for the first time has just started (or was just found): progress
+            if before is None or cpu - before[0] > CPU_BUSY * interval or chars != before[1]:
                 busy = True
         return busy
 
@@ -264,7 +268,7 @@ def supervise(
     stderr: IO[bytes] | None = None,
 ) -> RunResult:
     """Run ``command`` to its end or its hang; everything it printed is in ``out/output.log``."""
-    from probes.hang import collect_hang, find_pyspy
+    from probes.hang import collect_hang, find_pyspy, find_ranks, take_stacks
 
     out.mkdir(parents=True, exist_ok=True)
     hook_dir = out / ".hook"
@@ -288,9 +292,12 @@ def supervise(
         tee = _Tee(log)
         tee.start(proc.stdout, stdout)
         tee.start(proc.stderr, stderr)
-        result = _watch(proc, tee, hang_after=hang_after, keep=keep, grace=grace,
-                        collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir,
-                                                     py_spy=py_spy or find_pyspy(), methods=methods))
+        py_spy = py_spy or find_pyspy()
+        result = _watch(
+            proc, tee, hang_after=hang_after, keep=keep, grace=grace,
+            collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods),
+            sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
+        )
         if result.outcome != "hung" or not keep:
             tee.join(timeout=5.0)
             # the hook's FIFOs and stack files served the live job only; what they gave is in the facts
@@ -302,9 +309,9 @@ def supervise(
     return result
 
 
-def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, grace: float, collect) -> RunResult:
+def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, grace: float, collect, sample) -> RunResult:
     interval = min(1.0, max(0.1, hang_after / 10))
-    cpu = _CpuWatch(proc.pid, refresh_s=min(TREE_REFRESH_S, hang_after / 3))
+    cpu = _RankWatch(proc.pid, refresh_s=min(TREE_REFRESH_S, hang_after / 3))
     interrupted = threading.Event()
 
     def forward(signum, _frame) -> None:
@@ -320,6 +327,7 @@ def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, 
             previous[sig] = signal.signal(sig, forward)
     try:
         last_busy = time.monotonic()
+        spin_checked, spin_seen = 0.0, None
         while True:
             try:
                 code = proc.wait(timeout=interval)
@@ -334,9 +342,15 @@ def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, 
             if cpu.busy(now, interval):
                 last_busy = now
             last_progress = max(tee.last_output, last_busy)
-            if interrupted.is_set() or (
-                now - last_progress < hang_after and now - tee.last_output < SILENT_BUSY_FACTOR * hang_after
-            ):
+            spinning = False
+            if now - tee.last_output < hang_after:
+                spin_seen = None
+            elif now - last_progress < hang_after and now - spin_checked >= hang_after:
+                # silent but busy: stuck only if the ranks stay put in a wait on their peers
+                spin_checked = now
+                seen = spin_signature(sample())
+                spinning, spin_seen = seen is not None and seen == spin_seen, seen
+            if interrupted.is_set() or (now - last_progress < hang_after and not spinning):
                 continue
             with tee.lock:
                 log_bytes = tee.written
@@ -344,8 +358,12 @@ def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, 
             result = RunResult("hung", int(Exit.FINDINGS), idle_s=round(now - last_progress, 1),
                                log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env,
                                detected_after_s=round(time.monotonic() - last_progress, 2))
-            if now - last_progress < hang_after:
-                result.notes.append(f"no output for {now - tee.last_output:.0f}s while the job kept a CPU busy")
+            if spinning:
+                result.notes.append(
+                    f"no output for {now - tee.last_output:.0f}s; the ranks kept a CPU busy without leaving "
+                    "their collective (busy-waiting)"
+                )
+                result.idle_s = round(now - tee.last_output, 1)
             if not keep:
                 end_tree(proc.pid, grace)
                 proc.wait()

@@ -77,7 +77,7 @@ _LIGHTNING = r"(lightning|pytorch_lightning|lightning_fabric)/"
 # (waiting_in, file pattern, function pattern): the first row matching a frame names it
 _WAITS: list[tuple[str, str, str]] = [
     ("verify_params", r"torch/distributed/", r"_verify_params?(_shape)?_across_processes"),
-    ("rendezvous", r"torch/distributed/(rendezvous\.py|elastic/rendezvous/)", r".*"),
+    ("rendezvous", r"torch/distributed/(rendezvous\.py|elastic/rendezvous/)", r"(?!<module>).*"),
     ("rendezvous", _C10D, r"_store_based_barrier"),
     ("init_process_group", _C10D, r"init_process_group|new_group|_new_group_with_tag|_new_process_group_helper"),
     ("barrier", _C10D, r"barrier|monitored_barrier"),
@@ -102,7 +102,7 @@ _WAITS: list[tuple[str, str, str]] = [
     ("load", r"safetensors/", r"load\w*|safe_open"),
     ("load", _LIGHTNING, r"_?load_(from_)?checkpoint\w*|load_from_checkpoint"),
     ("deepspeed_initialize", r"deepspeed/__init__\.py$", r"initialize"),
-    ("compile", r"torch/(_dynamo|_inductor)/", r".*"),
+    ("compile", r"torch/(_dynamo|_inductor)/", r"(?!<module>).*"),  # <module>: being imported
     ("import", r"^<frozen importlib", r".*"),
 ]
 _WAIT_PATTERNS = [(name, re.compile(f), re.compile(fn)) for name, f, fn in _WAITS]
@@ -489,6 +489,38 @@ def _one_stack(
     return RankStack(rank=proc.rank, local_rank=proc.local_rank, pid=proc.pid, host=host, state="unavailable"), notes
 
 
+def take_stacks(
+    procs: Sequence[RankProcess],
+    *,
+    hook_dir: Path | None = None,
+    py_spy: str | None = None,
+    methods: Sequence[str] = ("py-spy", "faulthandler"),
+) -> tuple[list[RankStack], list[str]]:
+    """Each rank's stack, in parallel; and why a method failed where one did."""
+    if not procs:
+        return [], []
+    host = socket.gethostname()
+    with ThreadPoolExecutor(max_workers=min(8, len(procs))) as pool:
+        results = list(pool.map(lambda p: _one_stack(p, methods, py_spy, hook_dir, host), procs))
+    return [stack for stack, _ in results], sorted({note for _, ns in results for note in ns})
+
+
+# Where a rank waits on its peers. A rank that stays at the same such place for a whole
+# window is not making progress even while it burns a core (NCCL busy-waits).
+PEER_WAITS = frozenset(
+    {"barrier", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
+     "all_to_all", "send", "recv", "verify_params", "init_process_group", "rendezvous", "cuda_sync"}
+)
+
+
+def spin_signature(stacks: Sequence[RankStack]) -> tuple | None:
+    """What must stay the same between two looks for busy ranks to count as stuck: every
+    rank's place and innermost frame; None unless some rank waits on its peers."""
+    if not any(s.waiting_in in PEER_WAITS for s in stacks):
+        return None
+    return tuple(sorted((s.pid or 0, s.waiting_in or "", *((s.frames[0].file, s.frames[0].line) if s.frames else ())) for s in stacks))
+
+
 def collect_hang(
     root_pid: int,
     *,
@@ -504,13 +536,9 @@ def collect_hang(
         hang.ranks = []
         hang.unavailable["ranks"] = "no Python process left in the job's tree"
         return hang
-    host = socket.gethostname()
     if fr_dir is not None and hook_dir is not None:
         request_flight_recorder(hook_dir, [p.pid for p in procs], fr_dir)
-    with ThreadPoolExecutor(max_workers=min(8, len(procs))) as pool:
-        results = list(pool.map(lambda p: _one_stack(p, methods, py_spy, hook_dir, host), procs))
-    hang.ranks = [stack for stack, _ in results]
-    notes = sorted({note for _, ns in results for note in ns})
+    hang.ranks, notes = take_stacks(procs, hook_dir=hook_dir, py_spy=py_spy, methods=methods)
     if any(s.state == "unavailable" for s in hang.ranks):
         hang.unavailable["ranks.frames"] = "; ".join(notes) or "no stack method worked"
     elif notes:

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -155,16 +154,13 @@ def test_keep_leaves_a_hung_job_running(tmp_path):
         kill_tree(stack.pid)
 
 
-def test_a_busy_silent_job_is_declared_hung_only_after_longer(tmp_path):
-    script = tmp_path / "spin.py"
-    script.write_text("print('spinning', flush=True)\nwhile True:\n    pass\n")
-    start = time.monotonic()
+def test_a_busy_silent_job_outside_any_collective_is_not_hung(tmp_path):
+    """Silent for three times --hang-after but computing: progress, not a hang."""
+    script = tmp_path / "compute.py"
+    script.write_text("import time\nprint('computing', flush=True)\nend = time.time() + 3.5\nwhile time.time() < end:\n    pass\n")
     sink = io.BytesIO()
     result = supervise([sys.executable, str(script)], out=tmp_path, hang_after=1, grace=1, stdout=sink, stderr=sink)
-    assert result.outcome == "hung"
-    assert time.monotonic() - start >= 3.0  # SILENT_BUSY_FACTOR x --hang-after, not --hang-after
-    assert any("kept a CPU busy" in note for note in result.notes)
-    assert not psutil.pid_exists(result.hang.ranks[0].pid)
+    assert (result.outcome, result.exit_code) == ("finished", 0)
 
 
 def test_debug_env_keeps_what_the_user_set(tmp_path):

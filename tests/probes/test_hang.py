@@ -26,6 +26,8 @@ from probes.hang import (
     parse_pyspy,
     pyspy_stack,
     read_flight_recorder,
+    rank_stack,
+    spin_signature,
     user_frame,
 )
 from probes.runner import Result, kill_tree
@@ -57,6 +59,7 @@ USER = ("/home/me/train.py", "main")
         ([(SITE + "torch/cuda/__init__.py", "synchronize"), USER], "cuda_sync"),
         ([(SITE + "deepspeed/__init__.py", "initialize"), USER], "deepspeed_initialize"),
         ([("<frozen importlib._bootstrap>", "_find_and_load"), USER], "import"),
+        ([(SITE + "torch/_dynamo/utils.py", "<module>"), ("<frozen importlib._bootstrap>", "_call_with_frames_removed"), USER], "import"),
         ([USER], "user_code"),
         ([(SITE + "numpy/core/numeric.py", "convolve"), USER], "other"),
         ([], None),
@@ -75,6 +78,15 @@ def test_waiting_in_fits_the_kb_hang_patterns():
     assert re.search(r"(?i)load|from_pretrained|deepspeed|initiali", "deepspeed_initialize")
     assert re.search(r"(?i)_verify_param|verify_params", "verify_params")
     assert not re.search(r"(?i)barrier|wait_for_everyone", "user_code")
+
+
+def test_spin_signature_needs_a_rank_waiting_on_its_peers_and_tracks_where_each_is():
+    waiting = rank_stack(frames((SITE + "torch/distributed/distributed_c10d.py", "all_reduce"), USER), pid=1)
+    computing = rank_stack(frames(USER), pid=2)
+    moved = rank_stack([Frame(file=USER[0], line=2, function="main")], pid=2)
+    assert spin_signature([computing]) is None  # a busy rank in its own code is working
+    assert spin_signature([waiting, computing]) == spin_signature([computing, waiting])
+    assert spin_signature([waiting, computing]) != spin_signature([waiting, moved])
 
 
 def test_user_frame_skips_libraries_and_stdlib():
