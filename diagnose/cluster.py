@@ -67,7 +67,7 @@ def cmd_cluster(argv: Sequence[str]) -> int:
             raise UsageError(f"{args.snapshot}: not a cluster snapshot (no cluster section); use `diagnose --from`")
         return _write(facts, load_kb(args.kb), fmt, args)
 
-    from probes.cluster import LaunchError, Options, identity, run
+    from probes.cluster import ClusterError, LaunchError, Options, identity, run
 
     try:
         me = identity(os.environ)
@@ -88,7 +88,11 @@ def cmd_cluster(argv: Sequence[str]) -> int:
             print(f"diagnose cluster: the {args.timeout:g} s deadline passed; reporting what rank 0 has", file=sys.stderr, flush=True)
         return _write(facts, kb, fmt, args)
 
-    return run(options, report)
+    try:
+        return run(options, report)
+    except ClusterError as exc:
+        print(f"diagnose cluster: {exc}", file=sys.stderr, flush=True)
+        return Exit.FINDINGS
 
 
 def _write(facts: Facts, kb, fmt: str, args) -> int:

@@ -47,6 +47,10 @@ class LaunchError(ValueError):
     """The environment does not describe one rank of a launched job."""
 
 
+class ClusterError(RuntimeError):
+    """This rank could not take part: no store to reach or host, or no word from rank 0 in time."""
+
+
 # --- who this rank is ---------------------------------------------------------------------------
 
 
@@ -222,7 +226,8 @@ class _Rank:
         self.step_name = "start"
         self.node_facts: Facts | None = None
         self.node_error: str | None = None
-        self.device: dict[str, Any] = {}
+        self.device: dict[str, Any] = {}  # what this rank's device is
+        self.tensors = "cpu"  # where the collectives' tensors live: the GPU under NCCL
         self.backend = options.backend
         self.payloads: dict[int, dict] = {}  # rank 0: what has arrived so far
         self._node_thread: threading.Thread | None = None
@@ -297,13 +302,16 @@ class _Rank:
         cuda = torch.cuda.is_available()
         if self.backend is None:
             self.backend = "nccl" if cuda and torch.distributed.is_nccl_available() else "gloo"
-        if not cuda or self.backend != "nccl":
+        if not cuda:
             self.device = {"device": "cpu"}
             return
+        # one GPU per local rank, as a training job takes it; more ranks than GPUs share one
         index = self.me.local_rank % torch.cuda.device_count()
         props = torch.cuda.get_device_properties(index)
         torch.cuda.set_device(index)
         self.device = {"device": f"cuda:{index}", "device_name": props.name, "device_uuid": str(getattr(props, "uuid", "")) or None}
+        if self.backend == "nccl":
+            self.tensors = f"cuda:{index}"
 
     # the micro-tests in the job's own process group ----------------------------------------
 
@@ -335,7 +343,7 @@ class _Rank:
     def _sync(self) -> None:
         import torch
 
-        if self.device["device"].startswith("cuda"):
+        if self.tensors != "cpu":
             torch.cuda.synchronize()
 
     def _rendezvous(self, result: _Result) -> None:
@@ -354,7 +362,7 @@ class _Rank:
         result.measurements["init_s"] = round(time.perf_counter() - start, 4)
         self.step("first all_reduce")
         start = time.perf_counter()
-        ones = torch.ones(1, device=self.device["device"])
+        ones = torch.ones(1, device=self.tensors)
         dist.all_reduce(ones)
         result.measurements["first_collective_s"] = round(time.perf_counter() - start, 4)
         if ones.item() != self.me.world_size:
@@ -379,7 +387,7 @@ class _Rank:
         import torch
         import torch.distributed as dist
 
-        world, dev = self.me.world_size, self.device["device"]
+        world, dev = self.me.world_size, self.tensors
         result.measurements["correct"] = True
         for size in [s for s in SIZES if s <= self.options.max_bytes]:
             label = size_label(size)
@@ -405,7 +413,7 @@ class _Rank:
         self.step("intra-node all_reduce")
         group = dist.new_group(mine, use_local_synchronization=True)
         size = self._p2p_size()
-        buffer = torch.zeros(size // 4, device=self.device["device"])
+        buffer = torch.zeros(size // 4, device=self.tensors)
         seconds = self._timed(lambda: dist.all_reduce(buffer, group=group), size, group)
         result.measurements["busbw_gbps"] = round(bandwidth(size, seconds, len(mine))[1], 4)
 
@@ -415,7 +423,7 @@ class _Rank:
         import torch.distributed as dist
 
         leaders = [ranks[0] for ranks in self._nodes().values() if 0 not in ranks]
-        buffer = torch.zeros(self._p2p_size() // 4, device=self.device["device"])
+        buffer = torch.zeros(self._p2p_size() // 4, device=self.tensors)
         for leader in leaders:
             if self.me.rank == 0:
                 self.step(f"send/recv with rank {leader}")
@@ -702,9 +710,13 @@ def run(options: Options, report: Report, *, environ: Mapping[str, str] | None =
     try:
         rank.start_node_facts()
         rank.own_device()
-        rank.store = rank.connect()
-        rank.announce()
-        rank.join()
+        try:
+            rank.store = rank.connect()
+            rank.announce()
+            rank.join()
+        except Exception as exc:  # the store is the one thing every rank needs
+            where = f"{me.master_addr}:{me.master_port}"
+            raise ClusterError(f"rank {me.rank} at '{rank.step_name}': store {where}: {str(exc).splitlines()[0][:300]}") from None
         if options.microtests and len(rank.roster) == me.world_size:
             rank.run_tests()
         rank.post()

@@ -153,6 +153,18 @@ def test_a_node_that_never_starts_ends_the_run_within_the_deadline(tmp_path):
     assert data["facts"]["microtests"]["rendezvous"]["status"] == "timed_out"
 
 
+def test_a_rank_whose_rank_0_never_starts_says_so_in_one_line(tmp_path):
+    mark, port = uuid.uuid4().hex[:8], _free_port()
+    args = ["--join-timeout", "2", "--timeout", "40", "--out", str(tmp_path / "report.json")]
+    proc = _srun_rank(1, [f"z{mark}a", f"z{mark}b"], 1, port, mark, args, tmp_path / "rank1.log")
+    wall = _run_all([proc], mark, limit=30)
+    _no_orphans(mark)
+    assert proc.returncode == 1 and wall < 30  # the join deadline ended it, not the hard one
+    lines = [line for line in (tmp_path / "rank1.log").read_text().splitlines() if line.startswith("diagnose")]
+    assert lines == [lines[0]] and lines[0].startswith(f"diagnose cluster: rank 1 at 'start': store 127.0.0.1:{port}:")
+    assert not (tmp_path / "report.json").exists()  # only rank 0 writes the report
+
+
 def test_a_hung_rank_is_named_where_it_stopped_and_killed_by_its_own_watchdog(tmp_path):
     mark, port = uuid.uuid4().hex[:8], _free_port()
     nodes = [f"h{mark}a", f"h{mark}b"]
