@@ -81,7 +81,11 @@ class CauseList(OptionList):
     def show(self, findings: Sequence[Finding], needle: str = "") -> int:
         """Show the findings that match; returns how many."""
         highlighted = self.highlighted_option.id if self.highlighted_option else None
-        options = [Option(cause_row(rank, f), id=f.id) for rank, f in enumerate(findings, 1) if matches(needle, f.id, f.title, f.severity, f.confidence)]
+        options = [
+            Option(cause_row(rank, f), id=f.id)
+            for rank, f in enumerate(findings, 1)
+            if matches(needle, f.id, f.title, f.severity, f.confidence)
+        ]
         self.set_options(options)
         ids = [o.id for o in options]
         if ids:

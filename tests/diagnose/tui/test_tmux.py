@@ -60,8 +60,21 @@ class Pane:
         redirect = f" 2> {q(str(stderr))}" if stderr else ""
         command = f"{shlex.join([*diagnose_argv(), *args])}{redirect}; echo $? > {q(str(self.status))}; sleep 60"
         self.tmux(
-            "new-session", "-d", "-s", "tui", "-x", str(WIDTH), "-y", str(HEIGHT), "-c", str(self.cwd),
-            "-e", "TERM=xterm-256color", "sh", "-c", command,
+            "new-session",
+            "-d",
+            "-s",
+            "tui",
+            "-x",
+            str(WIDTH),
+            "-y",
+            str(HEIGHT),
+            "-c",
+            str(self.cwd),
+            "-e",
+            "TERM=xterm-256color",
+            "sh",
+            "-c",
+            command,
         )
 
     def capture(self, *flags: str) -> str:
