@@ -69,11 +69,9 @@ def cmd_cluster(argv: Sequence[str]) -> int:
 
     from probes.cluster import ClusterError, LaunchError, Options, identity, run
 
-    try:
-        me = identity(os.environ)
-    except LaunchError as exc:
-        raise UsageError(str(exc)) from None
-    kb = load_kb(args.kb) if me.rank == 0 else None  # a broken rule base fails before anyone waits
+    for name in ("timeout", "join_timeout", "op_timeout"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name.replace('_', '-')}: must be a positive number of seconds")
     options = Options(
         timeout=args.timeout,
         join_timeout=min(args.join_timeout, args.timeout),
@@ -82,6 +80,11 @@ def cmd_cluster(argv: Sequence[str]) -> int:
         max_bytes=_bytes(args.max_size),
         microtests=args.microtests == "all",
     )
+    try:
+        me = identity(os.environ)
+    except LaunchError as exc:
+        raise UsageError(str(exc)) from None
+    kb = load_kb(args.kb) if me.rank == 0 else None  # a broken rule base fails before anyone waits
 
     def report(facts: Facts, expired: bool) -> int:
         if expired:

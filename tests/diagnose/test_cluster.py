@@ -87,6 +87,49 @@ def _diagnose(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "diagnose", *argv], cwd=ROOT, env=_env("offline"), capture_output=True, text=True, timeout=60)
 
 
+FIXTURE = ROOT / "tests" / "fixtures" / "cluster" / "two-nodes-torch-differs.json"
+
+
+def test_a_recorded_cluster_snapshot_with_a_faked_version_is_rediagnosed(capsys):
+    # recorded from the two-node run below (NCCL_IB_DISABLE=1 on node1); node0's torch edited older
+    from diagnose.cli import main
+
+    assert main(["cluster", "--from", str(FIXTURE), "--json"]) == 1
+    findings = {f["id"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    versions = findings["cluster.version-mismatch"]
+    assert [e["observed"] for e in versions["evidence"] if e["state"] == "fired"] == [["torch"]]
+    assert [e["observed"] for e in findings["cluster.nccl-env-mismatch"]["evidence"] if e["state"] == "fired"] == [["NCCL_IB_DISABLE"]]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown"])
+def test_the_report_has_a_section_per_node(capsys, fmt):
+    from diagnose.cli import main
+
+    main(["cluster", "--from", str(FIXTURE), "--format", fmt])
+    out = capsys.readouterr().out
+    node0, node1 = out.index("Node node0"), out.index("Node node1")
+    assert "2.12.1+cpu (differs between nodes)" in out[node0:] and "2.13.0+cpu (differs between nodes)" in out[node1:node0]
+    assert "NCCL_IB_DISABLE" in out[node1:node0] and "rank 3" in out[node0:]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cluster"], "run `diagnose cluster` under torchrun or srun"),
+        (["cluster", "--timeout", "0"], "--timeout: must be a positive number"),
+        (["cluster", "--from", str(ROOT / "tests" / "fixtures" / "snapshots" / "healthy.json")], "not a cluster snapshot"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(capsys, monkeypatch, argv, message):
+    from diagnose.cli import main
+
+    for name in [*_LAUNCHER_VARS, *(k for k in os.environ if k.startswith(("SLURM", "TORCHELASTIC_")))]:
+        monkeypatch.delenv(name, raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
 def test_two_nodes_under_torchrun_one_report_and_a_planted_nccl_difference(tmp_path):
     mark, port = uuid.uuid4().hex[:8], _free_port()
     report, snapshot = tmp_path / "report.json", tmp_path / "facts.json"
