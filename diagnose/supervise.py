@@ -37,7 +37,9 @@ from typing import IO
 import psutil
 
 from diagnose.cli import Exit, UsageError, _kb_option, _Parser
-from probes.hang import spin_signature
+from probes.facts import Hang
+from probes.hang import HOOK_DIR, HOOK_SIGNAL, collect_hang, find_pyspy, find_ranks, spin_signature, take_stacks
+from probes.runner import kill_tree
 
 DEFAULT_HANG_AFTER_S = 300.0
 DEFAULT_GRACE_S = 10.0
@@ -84,8 +86,6 @@ def job_env(base: Mapping[str, str], out: Path, debug_env: bool) -> tuple[dict[s
 
     Variables the user set are kept as they are: only unset ones get diagnose's values.
     """
-    from probes.hang import HOOK_DIR, HOOK_SIGNAL
-
     env = dict(base)
     hook_dir = out / ".hook"
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *filter(None, [base.get("PYTHONPATH")])])
@@ -130,10 +130,10 @@ class RunResult:
     idle_s: float | None = None
     log_path: Path | None = None
     log_bytes: int = 0  # how much of the log to diagnose: up to the hang, not its teardown
-    hang: object = None  # probes.facts.Hang when hung
+    hang: Hang | None = None  # when hung
     rank_env: dict[str, str] | None = None  # the environment of one rank, for launcher facts
-    detected_after_s: float | None = None  # from the last progress to the stacks being taken
     notes: list[str] = field(default_factory=list)
+    kept_pid: int | None = None  # a hung job left running by --keep
 
 
 class _Tee:
@@ -195,8 +195,6 @@ class _RankWatch:
         self.rank_env: dict[str, str] | None = None
 
     def _refresh(self, now: float) -> None:
-        from probes.hang import find_ranks
-
         self.refreshed = now
         procs = {}
         for rank in find_ranks(self.root_pid):
@@ -234,8 +232,6 @@ class _RankWatch:
 def end_tree(pid: int, grace: float) -> None:
     """TERM the job's process group (launchers pass it on to their workers), KILL every
     descendant still there after ``grace``."""
-    from probes.runner import kill_tree
-
     try:
         tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.Error:
@@ -268,8 +264,6 @@ def supervise(
     stderr: IO[bytes] | None = None,
 ) -> RunResult:
     """Run ``command`` to its end or its hang; everything it printed is in ``out/output.log``."""
-    from probes.hang import collect_hang, find_pyspy, find_ranks, take_stacks
-
     out.mkdir(parents=True, exist_ok=True)
     hook_dir = out / ".hook"
     hook_dir.mkdir(exist_ok=True)
@@ -356,15 +350,16 @@ def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, 
                 log_bytes = tee.written
             hang = collect()
             result = RunResult("hung", int(Exit.FINDINGS), idle_s=round(now - last_progress, 1),
-                               log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env,
-                               detected_after_s=round(time.monotonic() - last_progress, 2))
+                               log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env)
             if spinning:
                 result.notes.append(
                     f"no output for {now - tee.last_output:.0f}s; the ranks kept a CPU busy without leaving "
                     "their collective (busy-waiting)"
                 )
                 result.idle_s = round(now - tee.last_output, 1)
-            if not keep:
+            if keep:
+                result.kept_pid = proc.pid
+            else:
                 end_tree(proc.pid, grace)
                 proc.wait()
             return result
@@ -383,7 +378,7 @@ def _exit_status(code: int) -> int:
 def run_facts(command: Sequence[str], result: RunResult):
     from probes import env as env_probe
     from probes import launcher as launcher_probe
-    from probes.facts import Facts, Hang
+    from probes.facts import Facts
     from probes.log import read_log
 
     facts = Facts(
@@ -427,6 +422,8 @@ def summary_lines(result: RunResult, facts, out: Path) -> list[str]:
                     f"{_ranks(straggler.entered)}, never by {_ranks(straggler.missing)}"
                 )
         lines.extend(f"  {note}" for note in result.notes)
+        if result.kept_pid is not None:
+            lines.append(f"  left running (--keep): the job's process group is {result.kept_pid}")
         if facts.hang.unavailable:
             lines.extend(f"  {why}" for why in facts.hang.unavailable.values())
     elif result.outcome == "finished":

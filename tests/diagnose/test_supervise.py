@@ -150,6 +150,7 @@ def test_keep_leaves_a_hung_job_running(tmp_path):
         (stack,) = result.hang.ranks
         assert (stack.rank, stack.waiting_in, stack.user_frame.line) == (None, "user_code", 4)
         assert psutil.pid_exists(stack.pid) and psutil.Process(stack.pid).status() != psutil.STATUS_ZOMBIE
+        assert result.kept_pid == stack.pid
     finally:
         kill_tree(stack.pid)
 
