@@ -153,6 +153,7 @@ def job_summary(cluster: Cluster) -> list[tuple[str, str]]:
         ("Differing versions", cluster.differing_versions or []),
         ("GPU models", cluster.gpu_models or []),
         ("Slow nodes", cluster.slow_nodes or []),
+        ("Shared GPUs", cluster.shared_devices or []),
     ):
         if values:
             rows.append((label, ", ".join(values)))

@@ -453,6 +453,7 @@ class Cluster(Section):
         "slow_nodes",
         "ranks_exceed_gpus",
         "gpus_exceed_ranks",
+        "shared_devices",
     )
 
     def _reported(self) -> list[ClusterNode]:
@@ -526,6 +527,17 @@ class Cluster(Section):
         """Nodes running more ranks than they have GPUs: two ranks share a device."""
         pairs = self._slots_vs_ranks()
         return None if pairs is None else [name for name, ranks, slots in pairs if ranks > slots]
+
+    @property
+    def shared_devices(self) -> list[str] | None:
+        """Ranks that took the same GPU (by UUID) on one node, as ``"node: ranks 0,1"``."""
+        placed: dict[tuple[str | None, str], list[int]] = {}
+        for r in self.ranks:
+            if r.device_uuid:
+                placed.setdefault((r.node, r.device_uuid), []).append(r.rank)
+        if not placed:
+            return None
+        return [f"{node}: ranks {','.join(map(str, ranks))}" for (node, _), ranks in placed.items() if len(ranks) > 1]
 
     @property
     def gpus_exceed_ranks(self) -> list[str] | None:

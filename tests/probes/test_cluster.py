@@ -125,3 +125,12 @@ def test_assemble_names_missing_and_silent_ranks_and_lifts_rank0s_node():
 
 def test_single_machine_snapshot_has_no_cluster_key():
     assert "cluster" not in Facts().model_dump()
+
+
+def test_shared_devices_by_uuid_per_node():
+    from probes.facts import ClusterRank
+
+    ranks = [ClusterRank(rank=r, node=n, state="reported", device_uuid=u)
+             for r, n, u in ((0, "a", "GPU-1"), (1, "a", "GPU-1"), (2, "b", "GPU-1"), (3, "b", "GPU-2"))]  # fmt: skip
+    assert Cluster(ranks=ranks).shared_devices == ["a: ranks 0,1"]
+    assert Cluster(ranks=[ClusterRank(rank=0, state="reported", device="cpu")]).shared_devices is None
