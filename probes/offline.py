@@ -41,7 +41,7 @@ _INT_ARGS = {
     "nnodes": re.compile(r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)\b(?!:)|\bnum_nodes\s*=\s*(\d+)"),
     "node_rank": re.compile(r"--node[_-]rank[= ]+(\d+)"),
     "master_port": re.compile(r"--master[_-]port[= ]+(\d+)"),
-    "world_size": re.compile(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)"),
+    "world_size": re.compile(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)|--num[_-]processes[= ]+(\d+)"),
     "slurm_ntasks_per_node": re.compile(r"--ntasks-per-node[= ]+(\d+)"),
 }
 _STRATEGY = [

@@ -77,6 +77,7 @@ def test_binary_log_raises_log_error(tmp_path):
         ("srun python train.py --num-nodes 2 --gpus 4", {"kind": "slurm", "nnodes": 2, "devices_requested": 4}),
         ("I use mpirun -np 4 python xx.py", {"kind": "mpirun", "world_size": 4}),
         ("`accelerate launch sft_llama2.py --output_dir=sft`", {"kind": "accelerate"}),
+        ("accelerate launch --num_processes=2 train.py", {"kind": "accelerate", "world_size": 2, "devices_requested": 2}),
         ("notebook_launcher(train_loop, args, num_processes=4)", {"kind": "accelerate", "devices_requested": 4}),
         ('trainer = L.Trainer(max_epochs=10, devices=2, strategy="ddp", logger=None)',
          {"strategy": "ddp", "devices_requested": 2}),
