@@ -1,35 +1,36 @@
 """Read a training log or a pasted traceback into ``Facts.log``.
 
-``read_log(source, name)`` streams its input in blocks, so a multi-GB log is read in
-constant memory. It returns a ``Log`` with
+``read_log(source, name)`` takes a path (``-`` is stdin), a text or binary file object, or
+an iterable of lines, and streams it in blocks, so a multi-GB log is read in constant
+memory. It returns a ``Log`` with
 
 * ``lines``: every line when the log has at most ``SHORT_LOG_LINES`` lines; for a longer
   log a bounded selection: the first ``HEAD_LINES`` and last ``TAIL_LINES`` lines, every
-  line that looks relevant (an error signature, an error/warning/timeout word, NCCL
-  WARN) with ``CONTEXT`` lines either side, and Python tracebacks from their
-  ``Traceback (most recent call last):`` line to the exception (at most ``TRACEBACK_LINES``).
-  At most ``MAX_RETAINED`` relevant lines are kept: the first half and the last half.
+  line that looks relevant (an error signature, an error/warning/timeout word) with
+  ``CONTEXT`` lines either side, and Python tracebacks from their ``Traceback (most recent
+  call last):`` line to the exception (at most ``TRACEBACK_LINES``). At most
+  ``MAX_RETAINED`` relevant lines are kept: the first half and the last half.
 * ``signatures``: each occurrence of a known error signature (``SIGNATURES`` below), with
   the line, an excerpt, the rank and the named groups of its pattern; at most
   ``MAX_PER_SIGNATURE`` per (id, rank) and ``MAX_SIGNATURES`` in all, first ones kept.
+  Signatures are searched in the first ``EXAMINE_CHARS`` characters of a line.
 
 Lines are attributed to a rank where the launcher says so: a ``[rank3]:`` prefix (torch
 2.2+), a SLURM ``srun --label`` prefix (``3: ...``), an Open MPI ``--tag-output`` prefix
-(``[1,3]<stdout>:``, SageMaker's ``[1,mpirank:3,algo-1]<stdout>:``), a ``[rank: 3]`` Lightning
-prefix, the
-``[Rank 3]`` / ``[PG 0 Rank 3]`` tag of ProcessGroupNCCL messages, and the ``rank : 3``
-lines of torchrun's ``ChildFailedError`` summary. torchrun's ``--tee`` prefix
+(``[1,3]<stdout>:``, SageMaker's ``[1,mpirank:3,algo-1]<stdout>:``), a ``[rank: 3]``
+Lightning prefix, the ``[Rank 3]`` / ``[PG 0 Rank 3]`` tag of ProcessGroupNCCL messages,
+and the ``rank : 3`` lines of torchrun's ``ChildFailedError`` summary (whose "Root Cause"
+entry also gives ``child_failed`` its ``first_failing_rank``). torchrun's ``--tee`` prefix
 (``[default3]:``) names a *local* rank; it goes to ``data["local_rank"]``, not ``rank``.
 Line text is kept as written, prefixes included; a line with carriage returns (progress
 bars) keeps only what a terminal would show, its last non-empty ``\\r`` segment.
 
 Input policy: bytes are decoded as UTF-8 with replacement characters (a UTF-16 or UTF-8
-byte-order mark selects that codec), so mixed encodings never raise. A log whose first
-block is mostly binary (NUL or control characters in more than 10% of its first 64 KiB,
-judged from 256 characters on) raises
-``LogError`` with a one-line message naming the source; binary junk later in a text log
-is decoded with replacement characters. A line longer than ``MAX_LINE_CHARS`` is cut
-into pieces of that length.
+byte-order mark selects that codec), so mixed encodings never raise. A log whose start is
+mostly binary (NUL or control characters in more than 10% of its first 64 KiB, judged
+once there are 256 characters) raises ``LogError`` with a one-line message naming the
+source; binary junk later in a text log is decoded with replacement characters. A line
+longer than ``MAX_LINE_CHARS`` is cut into pieces of that length.
 
 Signature ids (rules reference them as ``{signature: ID}``; ids are stable, never reused).
 Named groups captured into ``Signature.data`` are listed in brackets.
