@@ -6,11 +6,12 @@ import io
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from probes.facts import Facts
-from probes.log import LogError
+from probes.log import SIGNATURES, LogError
 from probes.offline import offline_facts
 
 REPORTS = Path(__file__).resolve().parent.parent / "fixtures" / "reports"
@@ -147,3 +148,17 @@ def test_a_table_pasted_in_the_log_is_a_fact_from_the_log():
     facts = offline_facts([("env", "PyTorch version: 2.1.0")], [("log", io.StringIO(log))])
     assert facts.gpus.count == 4 and facts.gpus.source == "log"
     assert facts.torch.source == "report" and facts.torch.version == "2.1.0"
+
+
+CASES = sorted((REPORTS.parents[2].parent / "shared" / "cases").glob("*.yaml")) + sorted(
+    (REPORTS.parents[1] / "cases").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
+def test_real_cases_read_cleanly(path):
+    case = yaml.safe_load(path.read_text())
+    facts = offline_facts([("env", case["env_report"])], [("log", io.StringIO(case["title"] + "\n" + case["log"]))])
+    Facts.model_validate(facts.model_dump())
+    from_log = [line for line in facts.log.lines if line.source == "log"]
+    assert len(from_log) == len((case["title"] + "\n" + case["log"]).splitlines())
+    assert all(s.id in SIGNATURES for s in facts.log.signatures)
