@@ -272,12 +272,22 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _identity(proc: psutil.Process) -> tuple[str | None, str | None]:
+def _environ(proc: psutil.Process) -> dict[str, str]:
     try:
-        env = proc.environ()
+        return proc.environ()
     except (psutil.Error, OSError):
-        return None, None
-    return env.get("RANK"), env.get("LOCAL_RANK")
+        return {}
+
+
+def _global_rank(env: dict[str, str]) -> int | None:
+    """RANK, or where a launcher sets only LOCAL_RANK (Lightning's), the rank it implies."""
+    rank, local = _int(env.get("RANK")), _int(env.get("LOCAL_RANK"))
+    if rank is not None or local is None:
+        return rank
+    node, per_node = _int(env.get("NODE_RANK") or env.get("GROUP_RANK") or "0"), _int(env.get("LOCAL_WORLD_SIZE"))
+    if node == 0:
+        return local
+    return None if node is None or per_node is None else node * per_node + local
 
 
 def _is_python(proc: psutil.Process) -> bool:
@@ -302,7 +312,8 @@ def find_ranks(root_pid: int) -> list[RankProcess]:
         tree = [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
-    identity = {p.pid: _identity(p) for p in tree}
+    environs = {p.pid: _environ(p) for p in tree}
+    identity = {pid: (env.get("RANK"), env.get("LOCAL_RANK")) for pid, env in environs.items()}
     parents = {}
     for p in tree:
         try:
@@ -312,7 +323,7 @@ def find_ranks(root_pid: int) -> list[RankProcess]:
     ranks = [
         p for p in tree if identity[p.pid] != (None, None) and identity.get(parents[p.pid]) != identity[p.pid]
     ]
-    found = [RankProcess(p.pid, _int(identity[p.pid][0]), _int(identity[p.pid][1])) for p in ranks]
+    found = [RankProcess(p.pid, _global_rank(environs[p.pid]), _int(identity[p.pid][1])) for p in ranks]
     by_pid = {p.pid: p for p in tree}
     rank_parents = {parents[p.pid] for p in ranks}
     for pid in rank_parents:
@@ -324,7 +335,8 @@ def find_ranks(root_pid: int) -> list[RankProcess]:
         except psutil.Error:
             continue
         if not launcher:
-            found.append(RankProcess(pid, 0 if all(r.rank is None for r in found) else None, 0))
+            children = [r.rank for r in found if r.rank is not None and parents[r.pid] == pid]
+            found.append(RankProcess(pid, min(children) - 1 if children else None, 0))
     if not found:
         pythons = [p for p in tree if _is_python(p)]
         python_pids = {p.pid for p in pythons}

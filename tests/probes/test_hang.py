@@ -229,7 +229,7 @@ while True: time.sleep(0.2)
     try:
         proc.stdout.readline()
         ranks = find_ranks(proc.pid)
-        assert sorted((r.local_rank, r.pid == proc.pid) for r in ranks) == [(0, True), (1, False)]
+        assert [(r.rank, r.local_rank, r.pid == proc.pid) for r in ranks] == [(0, 0, True), (1, 1, False)]
     finally:
         kill_tree(proc.pid)
         proc.wait()
