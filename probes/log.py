@@ -26,10 +26,12 @@ Line text is kept as written, prefixes included; a line with carriage returns (p
 bars) keeps only what a terminal would show, its last non-empty ``\\r`` segment.
 
 Input policy: bytes are decoded as UTF-8 with replacement characters (a UTF-16 or UTF-8
-byte-order mark selects that codec), so mixed encodings never raise. A log whose start is
-mostly binary (NUL or control characters in more than 10% of its first 64 KiB, judged
-once there are 256 characters) raises ``LogError`` with a one-line message naming the
-source; binary junk later in a text log is decoded with replacement characters. A line
+byte-order mark selects that codec), so mixed encodings and text in another encoding
+(GBK, latin-1) read without raising, their ASCII intact. A log whose start is binary (NUL
+or other control characters in more than 5% of its first 64 KiB, judged once there are
+256 characters; random or compressed bytes give about 10%) raises ``LogError`` with a
+one-line message naming the source; binary junk later in a text log is decoded with
+replacement characters. A line
 longer than ``MAX_LINE_CHARS`` is cut into pieces of that length.
 
 Signature ids (rules reference them as ``{signature: ID}``; ids are stable, never reused).
@@ -670,9 +672,11 @@ def _hits(block: str) -> list[int]:
 # --- input ------------------------------------------------------------------------------------
 
 _BINARY_SAMPLE = 64 * 1024
-_BINARY_SHARE = 0.10
+_BINARY_SHARE = 0.05
 _BINARY_MIN = 256
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\ufffd]")
+# C0 controls other than whitespace and ESC (ANSI colours). Replacement characters do not
+# count: they mean another encoding (GBK, latin-1), whose ASCII parts still read fine.
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
 
 
 def _decoder_for(first: bytes) -> codecs.IncrementalDecoder:

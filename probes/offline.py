@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from probes.facts import Facts, Gpu, Log, Section, Skipped, Source
-from probes.log import log_from_text, read_log
+from probes.log import LogError, log_from_text, read_log
 from probes.report import parse_report
 
 _LAUNCH = [
@@ -82,7 +82,10 @@ def offline_facts(
         facts.inputs.append(f"report:{name}")
         _merge(facts, parse_report(text, name))
         texts.append(text)
-        from_report = log_from_text(text, f"report:{name}")
+        try:
+            from_report = log_from_text(text, f"report:{name}")
+        except LogError:
+            continue  # control characters throughout: nothing a log reader can use
         if from_report.signatures:
             log_parts.append(from_report)
     for name, source in logs:

@@ -254,6 +254,12 @@ def test_binary_file_is_a_log_error_naming_it(tmp_path):
         read_log(path, "core")
 
 
+def test_text_in_another_encoding_is_not_binary():
+    gbk = ("训练时报错，多卡通信失败\n" * 400 + "RuntimeError: Address already in use\n").encode("gbk")
+    log = read_log(io.BytesIO(gbk), "gbk.log")
+    assert log.lines_read == 401 and "address_in_use" in log.signature_ids
+
+
 def test_binary_tail_after_text_is_tolerated():
     data = ("RuntimeError: Address already in use\n" * 3000).encode() + bytes(range(256)) * 100
     log = read_log(io.BytesIO(data), "x")

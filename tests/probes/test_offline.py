@@ -162,3 +162,10 @@ def test_real_cases_read_cleanly(path):
     from_log = [line for line in facts.log.lines if line.source == "log"]
     assert len(from_log) == len((case["title"] + "\n" + case["log"]).splitlines())
     assert all(s.id in SIGNATURES for s in facts.log.signatures)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=2000))
+def test_a_report_never_raises(report_text):
+    facts = offline_facts([("env", report_text)])
+    Facts.model_validate(facts.model_dump())
