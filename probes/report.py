@@ -3,7 +3,8 @@
 ``parse_report(text, name)`` understands, in any mix and in any order:
 
 * ``python -m torch.utils.collect_env`` (torch 1.0 to today): versions, OS, GPUs, driver,
-  the ``[pip3]`` / ``[conda]`` package lines, the lscpu ``CPU(s):`` count;
+  the ``[pip3]`` / ``[conda]`` package lines (``nvidia-nccl-cu12`` gives the NCCL that pip
+  builds of torch load), the lscpu ``CPU(s):`` count;
 * Lightning's bug-report environment: the ``collect_env_details`` tree (``* CUDA:`` /
   ``- GPU:`` / ``* Packages:`` / ``* System:``) and the free-form bullets users write
   (``- PyTorch Version (e.g., 2.0): 2.1``, ``- GPU models and configuration: 4x A100``);
@@ -152,7 +153,11 @@ class _Found:
 
     def package(self, name: str, version: str | None) -> None:
         if version and re.match(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$", name):
-            self.packages.setdefault(canonical_package(name), version)
+            canonical = canonical_package(name)
+            self.packages.setdefault(canonical, version)
+            if re.fullmatch(r"nvidia-nccl-cu\d+", canonical):
+                # pip wheels of torch load the NCCL of this package
+                self.set(self.torch, "nccl", version)
 
 
 class _Parser:

@@ -251,3 +251,8 @@ def test_conda_list_says_cpu_or_cuda_build():
     gpu = parse_report((REPORTS_DIR / "collect_env_no_torch.txt").read_text()
                        + "\n[conda] pytorch                   1.10.2          py3.9_cuda11.3_cudnn8.2.0_0    pytorch")
     assert gpu.torch.cuda_build is True and gpu.torch.cuda == "11.3"
+
+
+def test_nccl_from_the_pip_nccl_wheel():
+    f = parse_report("PyTorch version: 2.1.0+cu121\n[pip3] nvidia-nccl-cu12==2.18.1\n[pip3] torch==2.1.0")
+    assert f.torch.nccl == "2.18.1" and f.packages.lookup("nvidia_nccl_cu12") == (True, "2.18.1")
