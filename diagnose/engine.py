@@ -190,7 +190,7 @@ def _hang(check: HangCheck, ctx: _Context) -> _Result:
 def _hang_line(stack) -> str:
     who = f"rank {stack.rank}" if stack.rank is not None else f"pid {stack.pid}"
     frame = stack.user_frame
-    where = f" at {frame.file}:{frame.line} in {frame.function}" if frame else ""
+    where = f" at {frame.file}:{frame.line}" + (f" in {frame.function}" if frame.function else "") if frame else ""
     return f"{who}: {stack.waiting_in or 'unknown'}{where}"
 
 
