@@ -7,6 +7,7 @@ weights of the evidence that fired; rules are ranked by score, then severity, th
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -17,7 +18,6 @@ from packaging.version import InvalidVersion, Version
 from diagnose import __version__
 from diagnose.kb import KB
 from diagnose.paths import lookup
-from diagnose.prefilter import may_match
 from diagnose.report import (
     EvidenceItem,
     Finding,
@@ -48,6 +48,7 @@ class _Context:
 
     facts: Facts
     paths: dict[str, tuple[bool, Any]] = field(default_factory=dict)
+    literal_lines: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
 
     def fact(self, path: str) -> tuple[bool, Any]:
         if path not in self.paths:
@@ -60,8 +61,29 @@ class _Context:
         return None if lines is None else "\n".join(line.text for line in lines)
 
     @cached_property
-    def log_lower(self) -> str:
-        return (self.log_text or "").lower()
+    def _lowered(self) -> tuple[str, list[int]]:
+        """The log lowercased, and where each line starts in it (lowering may change lengths)."""
+        starts, offset = [], 0
+        lowered = [line.text.lower() for line in self.facts.log.lines or []]
+        for text in lowered:
+            starts.append(offset)
+            offset += len(text) + 1
+        return "\n".join(lowered), starts
+
+    def lines_containing(self, literals: tuple[str, ...]) -> list[int]:
+        """Indexes of the lines holding any of the literals: a C-speed find, no regex."""
+        if literals not in self.literal_lines:
+            text, starts = self._lowered
+            found: set[int] = set()
+            for literal in literals:
+                at = text.find(literal)
+                while at != -1:
+                    index = bisect_right(starts, at) - 1
+                    found.add(index)
+                    # continue after this line: one hit per line is enough
+                    at = text.find(literal, starts[index + 1]) if index + 1 < len(starts) else -1
+            self.literal_lines[literals] = sorted(found)
+        return self.literal_lines[literals]
 
 
 @dataclass
@@ -141,10 +163,14 @@ def _log(check: LogCheck, ctx: _Context) -> _Result:
     lines = ctx.facts.log.lines
     if lines is None:
         return _Result(UNKNOWN)
-    # cheapest first: a required word missing, then one scan of the whole text, then lines
-    if not may_match(check.literals, ctx.log_lower) or check.prefilter.search(ctx.log_text) is None:
+    if check.literals is not None:
+        # every match lies within one line and holds one of the literals: test only those lines
+        candidates = [lines[i] for i in ctx.lines_containing(check.literals)]
+    elif check.prefilter.search(ctx.log_text) is None:
         return _Result(NOT_FIRED, 0)
-    hits = [line for line in lines if check.regex.search(line.text)]
+    else:
+        candidates = lines
+    hits = [line for line in candidates if check.regex.search(line.text)]
     if not hits:
         return _Result(NOT_FIRED, 0)
     return _Result(FIRED, len(hits), [_excerpt(h.no, h.rank, h.text) for h in hits[:EXCERPTS]])

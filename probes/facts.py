@@ -143,7 +143,9 @@ class GpuLink(_Model):
     nvlinks: int | None = None
 
 
-_CONSUMER_GPU = re.compile(r"GeForce|TITAN|\bRTX \d{4}\b|\bGTX\b", re.IGNORECASE)
+# NVML names every consumer card "... GeForce ..." or "... TITAN ..."; workstation cards such
+# as "RTX 6000 Ada" or "RTX A6000" have no such word
+_CONSUMER_GPU = re.compile(r"GeForce|TITAN", re.IGNORECASE)
 
 
 class Gpus(Section):

@@ -171,3 +171,12 @@ def test_seed_snapshot_ranks_its_cause_first(snapshot, cause):
 def test_healthy_snapshot_has_no_error_finding():
     report = evaluate(load_snapshot(SNAPSHOTS / "healthy.json"), load_kb())
     assert not report.has_error, [(f.id, f.score) for f in report.findings]
+
+
+def test_literal_line_index_survives_unicode_lowering():
+    # "İ".lower() is two characters: line offsets must come from the lowered text itself
+    r = rule(evidence=[{"log": "NCCL WARN"}])
+    facts = with_log("İİİİ İstanbul node", "ok", "NCCL WARN Cuda failure", "NCCL WARN again")
+    finding = evaluate(facts, kb(r)).findings[0]
+    assert finding.evidence[0].observed == 2
+    assert finding.evidence[0].lines == ["line 3: NCCL WARN Cuda failure", "line 4: NCCL WARN again"]
