@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="diagnose",
         description="Diagnose multi-GPU / distributed training failures (PyTorch, Lightning). "
         "With no options at a terminal it opens the interactive view of this machine's diagnosis.",
-        epilog="Other commands: diagnose facts | kb {lint,list,show,test,docs,new} | schema. "
+        epilog="Other commands: diagnose facts | run -- CMD | cluster | kb {lint,list,show,test,docs,new,paths} | schema. "
         "Exit codes: 0 no error finding, 1 an error finding, 2 bad usage or input, 3 internal failure.",
     )
     out = parser.add_argument_group("output")
@@ -241,6 +241,7 @@ def cmd_kb(argv: Sequence[str]) -> int:
     docs.add_argument("--out", default="docs/rules.md", metavar="FILE")
     docs.add_argument("--check", action="store_true", help="exit 1 when FILE is not what would be generated")
     _kb_option(docs)
+    sub.add_parser("paths", help="list the fact paths rules can use", description="list every fact path a rule can name")
     new = sub.add_parser("new", help="write a skeleton rule", description="write kb/AREA/NAME.yaml with both example kinds")
     new.add_argument("id", metavar="AREA.NAME")
     new.add_argument("--dir", default="kb", help="the rule folder (default kb)")

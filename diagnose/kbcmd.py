@@ -69,6 +69,18 @@ def docs(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def paths(args: argparse.Namespace) -> int:
+    from diagnose.paths import known_paths
+    from probes.facts import Facts, KeyedSection
+
+    for path in known_paths():
+        print(path)
+    for name, field in Facts.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, KeyedSection):
+            print(f"{name}.<NAME>")
+    return Exit.OK
+
+
 SKELETON = {
     "title": "TODO: the cause in one line, as a user would say it",
     "severity": "error",

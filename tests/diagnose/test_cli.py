@@ -190,3 +190,12 @@ def test_no_heavy_imports(body):
     code = LIGHT_CHECK.format(body=body.format(snap=snap))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+def test_kb_paths_lists_what_rules_can_name():
+    from diagnose.paths import check_path
+
+    listed = run("kb", "paths").stdout.splitlines()
+    assert "gpus.count" in listed and "packages.<NAME>" in listed and "env.<NAME>" in listed
+    for path in listed:
+        check_path(path.replace("<NAME>", "torch"))
