@@ -40,7 +40,7 @@ def _is_model(tp: Any) -> bool:
 
 @functools.cache
 def known_paths() -> tuple[str, ...]:
-    """Every fixed path (no keyed/dict keys), for "did you mean" suggestions and docs."""
+    """Every path a rule can name (keyed sections as ``NAME.<NAME>``), for suggestions and docs."""
     out: list[str] = []
 
     def walk(model: type[BaseModel], prefix: str) -> None:
@@ -48,9 +48,12 @@ def known_paths() -> tuple[str, ...]:
             if name in ("source", "unavailable"):
                 continue
             path = f"{prefix}{name}"
-            out.append(path)
             tp, _ = _unwrap(field.annotation)
-            if _is_model(tp) and not issubclass(tp, KeyedSection):
+            if _is_model(tp) and issubclass(tp, KeyedSection):
+                out.append(f"{path}.<NAME>")  # any key: packages.torch, env.RANK
+                continue
+            out.append(path)
+            if _is_model(tp):
                 walk(tp, path + ".")
         for name in getattr(model, "derived", ()):
             out.append(f"{prefix}{name}")
