@@ -22,8 +22,10 @@ Lightning prefix, the ``[Rank 3]`` / ``[PG 0 Rank 3]`` tag of ProcessGroupNCCL m
 and the ``rank : 3`` lines of torchrun's ``ChildFailedError`` summary (whose "Root Cause"
 entry also gives ``child_failed`` its ``first_failing_rank``). torchrun's ``--tee`` prefix
 (``[default3]:``) names a *local* rank; it goes to ``data["local_rank"]``, not ``rank``.
-Line text is kept as written, prefixes included; a line with carriage returns (progress
-bars) keeps only what a terminal would show, its last non-empty ``\\r`` segment.
+Line text is kept as written, prefixes included, except that credentials are blanked
+(``probes.env.redact_text``: ``HF_TOKEN=...``, ``--api-key X``, key-shaped tokens) in kept
+lines, excerpts and data; a line with carriage returns (progress bars) keeps only what a
+terminal would show, its last non-empty ``\\r`` segment.
 
 Input policy: bytes are decoded as UTF-8 with replacement characters (a UTF-16 or UTF-8
 byte-order mark selects that codec), so mixed encodings and text in another encoding
@@ -143,6 +145,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from probes.env import redact_text
 from probes.facts import Log, LogLine, Signature
 
 SHORT_LOG_LINES = 2000
@@ -530,7 +533,14 @@ class _Reader:
             return
         s.per_key[key] = count + 1
         s.signatures.append(
-            Signature(id=sig_id, line=no, excerpt=text.strip()[:EXCERPT_CHARS], rank=rank, source=s.name, data=data)
+            Signature(
+                id=sig_id,
+                line=no,
+                excerpt=redact_text(text.strip()[:EXCERPT_CHARS]),
+                rank=rank,
+                source=s.name,
+                data={k: redact_text(v) for k, v in data.items()},
+            )
         )
 
     def _examine(self, no: int, text: str) -> bool:
@@ -590,7 +600,9 @@ class _Reader:
         if base < SHORT_LOG_LINES:
             for i in range(min(n, SHORT_LOG_LINES - base)):
                 rank, _ = self._rank(lines[i])
-                s.head.append(LogLine(no=base + i + 1, text=lines[i][:KEPT_LINE_CHARS], rank=rank, source=s.name))
+                s.head.append(
+                    LogLine(no=base + i + 1, text=redact_text(lines[i][:KEPT_LINE_CHARS]), rank=rank, source=s.name)
+                )
         keep: set[int] = set()
         i = 0
         for idx in _hits(block):
@@ -642,7 +654,8 @@ class _Reader:
             by_no = {line.no: line for line in s.head[:HEAD_LINES]}
             for no, text in [*s.first, *s.last, *s.tail]:
                 if no not in by_no:
-                    by_no[no] = LogLine(no=no, text=text[:KEPT_LINE_CHARS], rank=self._rank(text)[0], source=s.name)
+                    rank = self._rank(text)[0]
+                    by_no[no] = LogLine(no=no, text=redact_text(text[:KEPT_LINE_CHARS]), rank=rank, source=s.name)
             lines = [by_no[no] for no in sorted(by_no)]
         return Log(source="log", sources=[s.name], lines_read=s.lines_read, lines=lines, signatures=s.signatures)
 

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from probes.env import allowed, redact_value
 from probes.facts import Facts, Gpu, GpuLink, GpuProcess, canonical_package
 
 _VERSION = re.compile(r"v?(\d+(?:\.\d+)+(?:[\w.+-]*\w)?|\d+(?=\s|$))")
@@ -44,12 +45,7 @@ _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
 _CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[\w.+!-]+)\s*$")
-_ENV_NAME = re.compile(
-    r"^(?:NCCL_\w+|CUDA_\w+|TORCH_\w+|PYTORCH_\w+|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|"
-    r"LOCAL_RANK|LOCAL_WORLD_SIZE|NODE_RANK|OMP_NUM_THREADS|SLURM_\w+|GLOO_\w+)$"
-)
 _ENV_LINE = re.compile(r"^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>\S*)\s*$")
-_SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 _DOTTED = re.compile(r"^(?P<key>[A-Za-z][^.\[]*?)\s*\.{3,}\s*(?P<value>.+)$")
 
 _SMI_HEADER = re.compile(
@@ -292,8 +288,9 @@ class _Parser:
             f.package(m.group("name"), m.group("version"))
             return True
         m = _ENV_LINE.match(line)
-        if m and _ENV_NAME.match(m.group("name")) and not _SECRET.search(m.group("name")):
-            f.env.setdefault(m.group("name"), m.group("value").strip("'\""))
+        if m and allowed(m.group("name")):
+            name = m.group("name")
+            f.env.setdefault(name, redact_value(name, m.group("value").strip("'\"")))
             return True
         return False
 

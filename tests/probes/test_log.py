@@ -311,3 +311,11 @@ def test_fuzz_bytes_raise_only_log_error(data):
     else:
         Log.model_validate(log.model_dump())
         assert log.lines_read <= data.count(b"\n") + data.count(b"\r") + 1
+
+
+def test_credentials_never_reach_the_facts():
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    log = log_from_text(f"export HF_TOKEN={token}\nRuntimeError: 401 Unauthorized for {token}")
+    dumped = log.model_dump_json()
+    assert token not in dumped and "<redacted>" in dumped
+    assert "python_exception" in log.signature_ids
