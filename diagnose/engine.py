@@ -196,8 +196,8 @@ def _microtest(check: MicrotestCheck, ctx: _Context) -> _Result:
     if test is None:
         return _Result(UNKNOWN)
     status = test.status if check.variant is None else test.variants.get(check.variant)
-    if status is None:
-        return _Result(UNKNOWN)
+    if status is None or (status == "skipped" and "skipped" not in check.status):
+        return _Result(UNKNOWN)  # a test that did not run is no evidence either way
     return _Result(FIRED if status in check.status else NOT_FIRED, status)
 
 

@@ -180,3 +180,9 @@ def test_literal_line_index_survives_unicode_lowering():
     finding = evaluate(facts, kb(r)).findings[0]
     assert finding.evidence[0].observed == 2
     assert finding.evidence[0].lines == ["line 3: NCCL WARN Cuda failure", "line 4: NCCL WARN again"]
+
+
+def test_a_skipped_micro_test_is_not_evidence():
+    r = rule(evidence=[{"microtest": "placement", "status": "failed"}])
+    report = evaluate(Facts(microtests=MicroTests(placement=MicroTest(status="skipped", reason="no GPU"))), kb(r))
+    assert report.not_checked[0].missing == ["microtests.placement"]
