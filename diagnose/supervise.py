@@ -43,7 +43,9 @@ from probes.runner import kill_tree
 
 DEFAULT_HANG_AFTER_S = 300.0
 DEFAULT_GRACE_S = 10.0
-CPU_BUSY = 0.02  # of one core, per rank, over a poll interval: a rank waiting in a collective uses ~0
+CPU_BUSY = 0.02  # of one core, per rank: a rank waiting in a collective uses ~0
+CPU_WINDOW_S = 1.0
+CPU_TICKS_S = 0.02  # two clock ticks: one stray tick is not work
 TREE_REFRESH_S = 5.0  # a full process scan costs far more than reading known processes
 FR_BUFFER_ENTRIES = "2000"
 INTERRUPTED = 130
@@ -190,7 +192,7 @@ class _RankWatch:
         self.root_pid = root_pid
         self.refresh_s = refresh_s
         self.procs: dict[int, psutil.Process] = {}
-        self.seen: dict[int, tuple[float, int]] = {}  # pid -> (CPU seconds, characters read + written)
+        self.seen: dict[int, tuple[float, float, int]] = {}  # pid -> (when, CPU seconds, characters read + written)
         self.refreshed = 0.0
         self.rank_env: dict[str, str] | None = None
 
@@ -207,7 +209,7 @@ class _RankWatch:
                 continue
         self.procs = procs
 
-    def busy(self, now: float, interval: float) -> bool:
+    def busy(self, now: float) -> bool:
         if now - self.refreshed >= self.refresh_s:
             self._refresh(now)
         busy = False
@@ -222,10 +224,18 @@ class _RankWatch:
             cpu = times.user + times.system
             chars = getattr(io, "read_chars", io.read_bytes) + getattr(io, "write_chars", io.write_bytes)
             before = self.seen.get(pid)
-            self.seen[pid] = (cpu, chars)
-            # a rank seen for the first time has just started (or was just found): progress
-            if before is None or cpu - before[0] > CPU_BUSY * interval or chars != before[1]:
+            if before is None:  # a rank seen for the first time has just started (or was just found)
+                self.seen[pid] = (now, cpu, chars)
                 busy = True
+                continue
+            span = now - before[0]
+            if chars != before[2]:
+                busy = True
+            elif span < CPU_WINDOW_S:
+                continue  # CPU time comes in clock ticks: judge it over a long enough window
+            elif cpu - before[1] > max(CPU_BUSY * span, CPU_TICKS_S):
+                busy = True
+            self.seen[pid] = (now, cpu, chars)
         return busy
 
 
@@ -287,11 +297,15 @@ def supervise(
         tee.start(proc.stdout, stdout)
         tee.start(proc.stderr, stderr)
         py_spy = py_spy or find_pyspy()
-        result = _watch(
-            proc, tee, hang_after=hang_after, keep=keep, grace=grace,
-            collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods),
-            sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
-        )
+        try:
+            result = _watch(
+                proc, tee, hang_after=hang_after, keep=keep, grace=grace,
+                collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods),
+                sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
+            )
+        except BaseException:
+            end_tree(proc.pid, grace)  # the supervisor failing must not leave the job running unwatched
+            raise
         if result.outcome != "hung" or not keep:
             tee.join(timeout=5.0)
             # the hook's FIFOs and stack files served the live job only; what they gave is in the facts
@@ -333,7 +347,7 @@ def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, 
                     return RunResult("interrupted", _exit_status(code), rank_env=cpu.rank_env)
                 return RunResult("finished" if code == 0 else "crashed", _exit_status(code), rank_env=cpu.rank_env)
             now = time.monotonic()
-            if cpu.busy(now, interval):
+            if cpu.busy(now):
                 last_busy = now
             last_progress = max(tee.last_output, last_busy)
             spinning = False
