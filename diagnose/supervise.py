@@ -54,8 +54,9 @@ INTERRUPTED = 130
 def build_run_parser() -> _Parser:
     parser = _Parser(
         prog="diagnose run",
+        usage="%(prog)s [options] -- CMD ARGS...",
         description="Run a training command under supervision: pass its output through, detect a hang, "
-        "take every rank's stack, end the job and diagnose it. Usage: diagnose run [options] -- CMD ARGS...",
+        "take every rank's stack, end the job and diagnose it.",
         epilog="Exit status: the job's own when it ends by itself, 1 on a hang, 2 bad usage, 3 internal failure.",
     )
     parser.add_argument("--hang-after", type=float, default=DEFAULT_HANG_AFTER_S, metavar="S", help=f"seconds without progress before the job counts as hung (default {DEFAULT_HANG_AFTER_S:g})")
