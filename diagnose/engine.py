@@ -241,15 +241,23 @@ def _evaluate(check: Any, ctx: _Context) -> _Result:
     return _EVALUATORS[type(check)](check, ctx)
 
 
-_DESCRIBED: dict[int, tuple[Any, tuple[str, str, str]]] = {}
+_META: dict[int, tuple[Any, tuple[str, str, str], str]] = {}
+
+
+def _meta(check: Any) -> tuple[Any, tuple[str, str, str], str]:
+    """(check, (kind, what, expected), need), computed once per check: rules are immutable.
+
+    The check itself is kept in the entry so that its id cannot be reused by another object.
+    """
+    entry = _META.get(id(check))
+    if entry is None:
+        entry = _META[id(check)] = (check, _describe(check), _need(check))
+    return entry
 
 
 def describe(check: Any) -> tuple[str, str, str]:
-    """(kind, what, expected) for display; rules are immutable, so computed once per check."""
-    key = id(check)
-    if key not in _DESCRIBED:
-        _DESCRIBED[key] = (check, _describe(check))  # keep check alive so its id stays unique
-    return _DESCRIBED[key][1]
+    """(kind, what, expected) for display."""
+    return _meta(check)[1]
 
 
 def _describe(check: Any) -> tuple[str, str, str]:
@@ -304,7 +312,7 @@ def _need(check: Any) -> str:
 
 
 def _needs(checks: Any) -> list[str]:
-    return _merge([_need(c) for c in checks])
+    return _merge([_meta(c)[2] for c in checks])
 
 
 def _merge(*lists: list[str]) -> list[str]:
@@ -354,10 +362,10 @@ def evaluate(facts: Facts, kb: KB) -> Report:
             kind, what, expected = describe(failed)
             ruled_out.append(_outcome(rule, f"{what} is not {expected}"))
             continue
-        gate_unknown = _needs(c for c, r in gate if r.state == UNKNOWN)
+        gate_unknown = [c for c, r in gate if r.state == UNKNOWN]
         results = [(check, _evaluate(check, ctx)) for check in rule.evidence]
         score = round(sum(c.weight for c, r in results if r.state == FIRED), 3)
-        unknown = _needs(c for c, r in results if r.state == UNKNOWN and c.weight > 0)
+        unknown = [c for c, r in results if r.state == UNKNOWN and c.weight > 0]
         fired = any(r.state == FIRED and c.weight > 0 for c, r in results)
         if fired and score >= rule.min_score:
             if context is None:
@@ -372,7 +380,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
                     explain=rule.explain.strip(),
                     evidence=[_item(c, r) for c, r in results],
                     gate=[_item(c, r) for c, r in gate],
-                    missing=_merge(gate_unknown, unknown),
+                    missing=_needs(gate_unknown + unknown),
                     fixes=render_fixes(rule, context),
                     references=list(rule.references),
                 )
@@ -380,9 +388,9 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         elif not unknown:
             ruled_out.append(_outcome(rule, "none of its evidence was seen"))
         elif rule.when and not gate_unknown:
-            possible.append(_outcome(rule, "its conditions hold; its evidence could not be checked", unknown))
+            possible.append(_outcome(rule, "its conditions hold; its evidence could not be checked", _needs(unknown)))
         else:
-            not_checked.append(_outcome(rule, "the facts it needs are unknown", _merge(gate_unknown, unknown)))
+            not_checked.append(_outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown)))
 
     findings.sort(key=_rank_key)
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
