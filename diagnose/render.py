@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import textwrap
 from typing import Any
 
 from diagnose.report import EvidenceItem, Finding, Report
@@ -127,8 +128,9 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
     for rank, finding in enumerate(report.findings, 1):
         style = SEVERITY_STYLE[finding.severity]
         console.print()
+        heading = textwrap.fill(f"{rank}. {finding.title}", width=width, subsequent_indent="   ")
         console.print(
-            f"[bold]{rank}. {escape(finding.title)}[/]\n"
+            f"[bold]{escape(heading)}[/]\n"
             f"   [{style}]{finding.severity}[/] · {finding.confidence} confidence · "
             f"score {finding.score:g} · [dim]{finding.id}[/]"
         )
