@@ -19,7 +19,6 @@ Exit status: the job's own when it ended by itself (128+N for a signal N), ``Exi
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import shutil
@@ -218,12 +217,12 @@ class _RankWatch:
             try:
                 with proc.oneshot():
                     times = proc.cpu_times()
-                    io = proc.io_counters()
+                    counters = proc.io_counters()
             except psutil.Error:
                 self.procs.pop(pid, None)
                 continue
             cpu = times.user + times.system
-            chars = getattr(io, "read_chars", io.read_bytes) + getattr(io, "write_chars", io.write_bytes)
+            chars = getattr(counters, "read_chars", counters.read_bytes) + getattr(counters, "write_chars", counters.write_bytes)
             before = self.seen.get(pid)
             if before is None:  # a rank seen for the first time has just started (or was just found)
                 self.seen[pid] = (now, cpu, chars)
@@ -393,8 +392,8 @@ def _exit_status(code: int) -> int:
 def run_facts(command: Sequence[str], result: RunResult):
     from probes import env as env_probe
     from probes import launcher as launcher_probe
-    from probes.facts import Facts
-    from probes.log import read_log
+    from probes.facts import Facts, ProbeError
+    from probes.log import LogError, read_log
 
     facts = Facts(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -402,7 +401,10 @@ def run_facts(command: Sequence[str], result: RunResult):
     )
     if result.log_path is not None:
         with open(result.log_path, "rb") as f:
-            facts.log = read_log(io.BytesIO(f.read(result.log_bytes)), str(result.log_path))
+            try:
+                facts.log = read_log(_Prefix(f, result.log_bytes), str(result.log_path))
+            except LogError as exc:  # a job that printed binary data: the stacks still stand
+                facts.errors.append(ProbeError(probe="log", message=str(exc)))
     if result.rank_env is not None:
         facts.launcher = launcher_probe.probe(result.rank_env)
         facts.env = env_probe.probe(result.rank_env)
@@ -412,6 +414,18 @@ def run_facts(command: Sequence[str], result: RunResult):
     hang.idle_s = result.idle_s
     facts.hang = hang
     return facts
+
+
+class _Prefix:
+    """The first ``limit`` bytes of a file, read in blocks: a multi-GB log stays out of memory."""
+
+    def __init__(self, f: IO[bytes], limit: int) -> None:
+        self.f, self.left = f, limit
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(self.left if size < 0 else min(size, self.left))
+        self.left -= len(data)
+        return data
 
 
 def summary_lines(result: RunResult, facts, out: Path) -> list[str]:
