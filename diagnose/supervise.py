@@ -310,6 +310,8 @@ def supervise(
             tee.join(timeout=5.0)
             # the hook's FIFOs and stack files served the live job only; what they gave is in the facts
             shutil.rmtree(hook_dir, ignore_errors=True)
+            if fr_dir is not None and fr_dir.is_dir() and not any(fr_dir.iterdir()):
+                fr_dir.rmdir()
         result.log_path = log_path
         if result.outcome != "hung":
             with tee.lock:
