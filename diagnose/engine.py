@@ -86,7 +86,7 @@ class _Context:
         return self.literal_lines[literals]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Result:
     state: str
     observed: Any = None
@@ -241,51 +241,8 @@ def _evaluate(check: Any, ctx: _Context) -> _Result:
     return _EVALUATORS[type(check)](check, ctx)
 
 
-_META: dict[int, tuple[Any, tuple[str, str, str], str]] = {}
-
-
-def _meta(check: Any) -> tuple[Any, tuple[str, str, str], str]:
-    """(check, (kind, what, expected), need), computed once per check: rules are immutable.
-
-    The check itself is kept in the entry so that its id cannot be reused by another object.
-    """
-    entry = _META.get(id(check))
-    if entry is None:
-        entry = _META[id(check)] = (check, _describe(check), _need(check))
-    return entry
-
-
-def describe(check: Any) -> tuple[str, str, str]:
-    """(kind, what, expected) for display."""
-    return _meta(check)[1]
-
-
-def _describe(check: Any) -> tuple[str, str, str]:
-    if isinstance(check, FactCheck):
-        operand = check.operand
-        symbol = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(check.op)
-        if symbol:
-            shown = f"{operand:g}" if isinstance(operand, float) else repr(operand) if isinstance(operand, str) else operand
-            return "fact", check.fact, f"{symbol} {shown}"
-        if check.op == "exists":
-            return "fact", check.fact, "present" if operand else "absent"
-        if check.op == "version":
-            return "fact", check.fact, f"version {operand}"
-        return "fact", check.fact, f"{check.op.replace('_', ' ')} {operand!r}"
-    if isinstance(check, LogCheck):
-        return "log", check.log, "a log line matches"
-    if isinstance(check, SignatureCheck):
-        return "signature", check.signature, "seen in the log"
-    if isinstance(check, MicrotestCheck):
-        what = check.microtest + (f" [{check.variant}]" if check.variant else "")
-        return "microtest", what, " or ".join(check.status)
-    if isinstance(check, HangCheck):
-        return "hang", check.hang, f"{check.ranks} hung ranks wait there"
-    return "any", " | ".join(_describe(c)[1] for c in check.any), "any of these holds"
-
-
 def _item(check: Any, result: _Result) -> EvidenceItem:
-    kind, what, expected = describe(check)
+    kind, what, expected = check.display
     return EvidenceItem(
         kind=kind,
         what=what,
@@ -298,25 +255,8 @@ def _item(check: Any, result: _Result) -> EvidenceItem:
     )
 
 
-def _need(check: Any) -> str:
-    """What is missing for an unknown check, as a user would supply it."""
-    if isinstance(check, FactCheck):
-        return check.fact
-    if isinstance(check, (LogCheck, SignatureCheck)):
-        return "log"
-    if isinstance(check, MicrotestCheck):
-        return f"microtests.{check.microtest}"
-    if isinstance(check, HangCheck):
-        return "hang"
-    return " or ".join(_merge(*[[_need(c)] for c in check.any]))
-
-
 def _needs(checks: Any) -> list[str]:
-    return _merge([_meta(c)[2] for c in checks])
-
-
-def _merge(*lists: list[str]) -> list[str]:
-    return list(dict.fromkeys(item for items in lists for item in items))
+    return list(dict.fromkeys(c.need for c in checks))
 
 
 def _confidence(score: float, gate_unknown: bool) -> str:
@@ -359,14 +299,20 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         gate = [(check, _evaluate(check, ctx)) for check in rule.when]
         failed = next((c for c, r in gate if r.state == NOT_FIRED), None)
         if failed is not None:
-            kind, what, expected = describe(failed)
+            kind, what, expected = failed.display
             ruled_out.append(_outcome(rule, f"{what} is not {expected}"))
             continue
         gate_unknown = [c for c, r in gate if r.state == UNKNOWN]
-        results = [(check, _evaluate(check, ctx)) for check in rule.evidence]
-        score = round(sum(c.weight for c, r in results if r.state == FIRED), 3)
-        unknown = [c for c, r in results if r.state == UNKNOWN and c.weight > 0]
-        fired = any(r.state == FIRED and c.weight > 0 for c, r in results)
+        results, unknown, score, fired = [], [], 0.0, False
+        for check in rule.evidence:  # one pass: this loop is the engine's hot path
+            result = _EVALUATORS[type(check)](check, ctx)
+            results.append((check, result))
+            if result.state == FIRED:
+                score += check.weight
+                fired = fired or check.weight > 0
+            elif result.state == UNKNOWN and check.weight > 0:
+                unknown.append(check)
+        score = round(score, 3)
         if fired and score >= rule.min_score:
             if context is None:
                 context = render_context(facts)

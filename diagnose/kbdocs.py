@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from diagnose.engine import describe
 from diagnose.kb import KB
 from diagnose.rules import Rule
 
@@ -40,7 +39,7 @@ def _gate(rule: Rule) -> list[str]:
         return []
     lines = ["**Applies when** every one of these holds (unknown facts leave it open):", ""]
     for check in rule.when:
-        kind, what, expected = describe(check)
+        kind, what, expected = check.display
         lines.append(f"- {kind} {_code(what)}: {_cell(expected)}")
     return lines + [""]
 
@@ -54,7 +53,7 @@ def _evidence(rule: Rule) -> list[str]:
         "|---:|---|---|---|---|",
     ]
     for check in rule.evidence:
-        kind, what, expected = describe(check)
+        kind, what, expected = check.display
         lines.append(
             f"| {_weight(check.weight)} | {kind} | {_code(what)} | {_cell(expected)} | {_cell(check.label or '')} |"
         )

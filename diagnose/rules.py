@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
@@ -53,6 +53,10 @@ RegexStr = Annotated[str, AfterValidator(lambda value: _compile(value) and value
 class _Check(_Strict):
     weight: float = 1.0
     label: str | None = None  # what it means, shown beside the evidence
+
+    # Each kind of check also defines, computed once since rules are immutable:
+    #   display: (kind, what, expected) as the report shows it
+    #   need: what a user would supply when the check cannot be evaluated
 
 
 FACT_OPS = (
@@ -123,6 +127,23 @@ class FactCheck(_Check):
     def specifier(self) -> SpecifierSet | None:
         return None if self.version is None else SpecifierSet(self.version)
 
+    @cached_property
+    def display(self) -> tuple[str, str, str]:
+        operand = self.operand
+        symbol = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(self.op)
+        if symbol:
+            shown = f"{operand:g}" if isinstance(operand, float) else repr(operand) if isinstance(operand, str) else operand
+            return "fact", self.fact, f"{symbol} {shown}"
+        if self.op == "exists":
+            return "fact", self.fact, "present" if operand else "absent"
+        if self.op == "version":
+            return "fact", self.fact, f"version {operand}"
+        return "fact", self.fact, f"{self.op.replace('_', ' ')} {operand!r}"
+
+    @cached_property
+    def need(self) -> str:
+        return self.fact
+
 
 class LogCheck(_Check):
     log: RegexStr
@@ -140,9 +161,14 @@ class LogCheck(_Check):
         """The same pattern over the joined log text: finds every line the per-line search would."""
         return re.compile(self.log, re.MULTILINE)
 
+    display = cached_property(lambda self: ("log", self.log, "a log line matches"))
+    need: ClassVar[str] = "log"
+
 
 class SignatureCheck(_Check):
     signature: str
+    display = cached_property(lambda self: ("signature", self.signature, "seen in the log"))
+    need: ClassVar[str] = "log"
 
     @field_validator("signature")
     @classmethod
@@ -181,6 +207,13 @@ class MicrotestCheck(_Check):
             raise ValueError(f"unknown micro-test '{value}' (one of {', '.join(names)})")
         return value
 
+    @cached_property
+    def display(self) -> tuple[str, str, str]:
+        what = self.microtest + (f" [{self.variant}]" if self.variant else "")
+        return "microtest", what, " or ".join(self.status)
+
+    need = cached_property(lambda self: f"microtests.{self.microtest}")
+
 
 class HangCheck(_Check):
     hang: RegexStr
@@ -190,9 +223,14 @@ class HangCheck(_Check):
     def regex(self) -> re.Pattern[str]:
         return _compile(self.hang)
 
+    display = cached_property(lambda self: ("hang", self.hang, f"{self.ranks} hung ranks wait there"))
+    need: ClassVar[str] = "hang"
+
 
 class AnyCheck(_Check):
     any: list[Check]
+    display = cached_property(lambda self: ("any", " | ".join(c.display[1] for c in self.any), "any of these holds"))
+    need = cached_property(lambda self: " or ".join(dict.fromkeys(c.need for c in self.any)))
 
 
 CHECK_KINDS = ("fact", "log", "signature", "microtest", "hang", "any")
