@@ -76,6 +76,23 @@ def test_binary_log_exit_2_one_line(tmp_path):
     assert str(path) in one_error_line(proc)
 
 
+def test_binary_report_exit_2_one_line(tmp_path):
+    path = tmp_path / "env.bin"
+    path.write_bytes(b"\x00\x01\x02" * 100)
+    proc = run("--json", "--report", str(path))
+    assert proc.returncode == Exit.USAGE and f"{path}: not a text report: binary data" in one_error_line(proc)
+
+
+def test_offline_report_and_log_rank_the_cause():
+    report = "Collecting environment information...\nPyTorch version: 2.1.0+cu121\nIs CUDA available: True\nGPU models and configuration:\nGPU 0: NVIDIA GeForce RTX 4090\nGPU 1: NVIDIA GeForce RTX 4090\n"
+    log = "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, invalid usage\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\n"
+    import diagnose
+
+    result = diagnose.diagnose_text(report=report, log=log)
+    assert result.findings[0].id == "devices.duplicate-gpu"
+    assert result.facts.gpus.count == 2 and result.facts.torch.version == "2.1.0+cu121"
+
+
 def test_offline_log_from_stdin():
     log = "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\n"
     proc = run("--json", "--log", "-", stdin=log)
@@ -112,6 +129,7 @@ def test_user_rule_folder_adds_rules(tmp_path):
         (["--format", "yaml"], "invalid choice"),
         (["--from", "/nonexistent.json"], "cannot read"),
         (["--log", "/nonexistent.log"], "no such file"),
+        (["--report", "/nonexistent.txt"], "/nonexistent.txt: cannot read report"),
         (["--json", "--format", "markdown"], "disagree"),
         (["--report", "x", "--microtests", "all"], "needs a live run"),
         (["kb", "show", "no.such-rule"], "no rule 'no.such-rule'"),
