@@ -29,7 +29,7 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
@@ -51,12 +51,12 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
     tests.add_argument("--strategy", default="ddp", choices=["ddp", "ddp_spawn", "fsdp", "deepspeed"], help="strategy of the Lightning fit test")
 
 
-def _kb_option(parser: argparse.ArgumentParser) -> None:
+def kb_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kb", action="append", default=[], metavar="DIR", help="an extra rule folder, next to the shipped one; repeatable")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="diagnose",
         description="Diagnose multi-GPU / distributed training failures (PyTorch, Lightning). "
         "With no options at a terminal it opens the interactive view of this machine's diagnosis.",
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
     out.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default: the interactive view at a terminal, else text)")
     _input_options(parser)
-    _kb_option(parser)
+    kb_option(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
 
@@ -188,7 +188,7 @@ def cmd_diagnose(argv: Sequence[str]) -> int:
 
 
 def cmd_facts(argv: Sequence[str]) -> int:
-    parser = _Parser(prog="diagnose facts", description="Collect facts and print them as a snapshot (JSON).")
+    parser = Parser(prog="diagnose facts", description="Collect facts and print them as a snapshot (JSON).")
     parser.add_argument("--out", metavar="FILE", help="write the snapshot to FILE instead of stdout")
     _input_options(parser)
     args = parser.parse_args(argv)
@@ -209,7 +209,7 @@ def cmd_facts(argv: Sequence[str]) -> int:
 
 
 def cmd_schema(argv: Sequence[str]) -> int:
-    parser = _Parser(prog="diagnose schema", description="Print the JSON Schema of the report (or of a facts snapshot).")
+    parser = Parser(prog="diagnose schema", description="Print the JSON Schema of the report (or of a facts snapshot).")
     parser.add_argument("--facts", action="store_true", help="the schema of a facts snapshot instead")
     args = parser.parse_args(argv)
     if args.facts:
@@ -226,21 +226,21 @@ def cmd_schema(argv: Sequence[str]) -> int:
 
 
 def cmd_kb(argv: Sequence[str]) -> int:
-    parser = _Parser(prog="diagnose kb", description="Work with the rule base.")
-    sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    parser = Parser(prog="diagnose kb", description="Work with the rule base.")
+    sub = parser.add_subparsers(dest="action", required=True, parser_class=Parser)
     for name, text in [
         ("lint", "load every rule and report every problem"),
         ("list", "list the rules"),
         ("test", "run every rule's examples"),
     ]:
-        _kb_option(sub.add_parser(name, help=text, description=text))
+        kb_option(sub.add_parser(name, help=text, description=text))
     show = sub.add_parser("show", help="show one rule", description="show one rule")
     show.add_argument("id")
-    _kb_option(show)
+    kb_option(show)
     docs = sub.add_parser("docs", help="generate docs/rules.md", description="generate the rule reference")
     docs.add_argument("--out", default="docs/rules.md", metavar="FILE")
     docs.add_argument("--check", action="store_true", help="exit 1 when FILE is not what would be generated")
-    _kb_option(docs)
+    kb_option(docs)
     sub.add_parser("paths", help="list the fact paths rules can use", description="list every fact path a rule can name")
     new = sub.add_parser("new", help="write a skeleton rule", description="write kb/AREA/NAME.yaml with both example kinds")
     new.add_argument("id", metavar="AREA.NAME")

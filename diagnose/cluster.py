@@ -13,16 +13,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagnose.cli import Exit, UsageError, _kb_option, _Parser
-from diagnose.render import _md, machine_summary, render
+from diagnose.cli import Exit, UsageError, kb_option, Parser
+from diagnose.render import md_cell, machine_summary, render
 from diagnose.report import Report
 from probes.facts import Cluster, ClusterNode, Facts
 
 _SIZE = re.compile(r"^(\d+)\s*([KMG]?)B?$", re.IGNORECASE)
 
 
-def build_parser() -> _Parser:
-    parser = _Parser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="diagnose cluster",
         description="Diagnose a whole multi-node job from inside it: run as the job's program, one "
         "process per GPU (torchrun --nnodes N --nproc-per-node G -m diagnose cluster, or "
@@ -41,7 +41,7 @@ def build_parser() -> _Parser:
     run.add_argument("--microtests", choices=["all", "none"], default="all", help="run the collectives in the job's group (default all)")
     run.add_argument("--max-size", default="64MB", metavar="SIZE", help="largest all_reduce of the sweep, e.g. 4MB (default 64MB)")
     parser.add_argument("--from", dest="snapshot", metavar="SNAPSHOT", help="render a saved cluster snapshot instead (offline)")
-    _kb_option(parser)
+    kb_option(parser)
     return parser
 
 
@@ -208,9 +208,9 @@ def _text(cluster: Cluster) -> list[str]:
 
 def _markdown(cluster: Cluster) -> list[str]:
     def table(rows: list[tuple[str, str]]) -> list[str]:
-        return ["| | |", "|---|---|", *(f"| {_md(k)} | {_md(v)} |" for k, v in rows), ""]
+        return ["| | |", "|---|---|", *(f"| {md_cell(k)} | {md_cell(v)} |" for k, v in rows), ""]
 
     out = ["## Cluster", "", *table(job_summary(cluster))]
     for node in cluster.nodes:
-        out += [f"### Node {_md(_title(node))}", "", *table(node_rows(node, cluster))]
+        out += [f"### Node {md_cell(_title(node))}", "", *table(node_rows(node, cluster))]
     return out

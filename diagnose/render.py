@@ -176,14 +176,14 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
 # --- markdown -------------------------------------------------------------------------------------
 
 
-def _md(text: str) -> str:
+def md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(report: Report) -> str:
     out: list[str] = [f"## lightning-diagnose {report.tool.get('version', '')}", ""]
     out += ["| | |", "|---|---|"]
-    out += [f"| {label} | {_md(value)} |" for label, value in machine_summary(report)]
+    out += [f"| {label} | {md_cell(value)} |" for label, value in machine_summary(report)]
     out.append("")
     if not report.findings:
         out += ["No likely cause found: nothing in the rule base fired on these facts.", ""]
@@ -200,8 +200,8 @@ def render_markdown(report: Report) -> str:
         ]
         for item in finding.evidence:
             mark = {"fired": "✅", "not_fired": "—", "unknown": "?"}[item.state]
-            what = _md(item.label) if item.label else f"`{_md(item.what)}`"
-            out.append(f"| {what} | {_md(_value(item.observed))} | {_md(item.expected)} | {mark} |")
+            what = md_cell(item.label) if item.label else f"`{md_cell(item.what)}`"
+            out.append(f"| {what} | {md_cell(_value(item.observed))} | {md_cell(item.expected)} | {mark} |")
         lines = [line for item in fired(finding) for line in item.lines]
         if lines:
             out += ["", "<details><summary>log lines</summary>", "", "```"] + lines + ["```", "</details>"]
@@ -213,7 +213,7 @@ def render_markdown(report: Report) -> str:
     checks = microtest_rows(report)
     if checks:
         out += ["| micro-test | status | detail |", "|---|---|---|"]
-        out += [f"| {name} | {status} | {_md(detail)} |" for name, status, detail in checks]
+        out += [f"| {name} | {status} | {md_cell(detail)} |" for name, status, detail in checks]
         out.append("")
     sections = [("Possible, unconfirmed", report.possible), ("Not checked", report.not_checked)]
     for heading, outcomes in sections:

@@ -35,7 +35,7 @@ from typing import IO
 
 import psutil
 
-from diagnose.cli import Exit, UsageError, _kb_option, _Parser
+from diagnose.cli import Exit, UsageError, kb_option, Parser
 from probes.facts import Hang
 from probes.hang import HOOK_DIR, HOOK_SIGNAL, collect_hang, find_pyspy, find_ranks, spin_signature, take_stacks
 from probes.runner import kill_tree
@@ -50,8 +50,8 @@ FR_BUFFER_ENTRIES = "2000"
 INTERRUPTED = 130
 
 
-def build_run_parser() -> _Parser:
-    parser = _Parser(
+def build_run_parser() -> Parser:
+    parser = Parser(
         prog="diagnose run",
         usage="%(prog)s [options] -- CMD ARGS...",
         description="Run a training command under supervision: pass its output through, detect a hang, "
@@ -65,7 +65,7 @@ def build_run_parser() -> _Parser:
     parser.add_argument("--no-debug-env", action="store_true", help="do not turn on the Flight Recorder and TORCH_NCCL_DESYNC_DEBUG")
     parser.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
     parser.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default: the interactive view at a terminal, else text)")
-    _kb_option(parser)
+    kb_option(parser)
     return parser
 
 
