@@ -28,7 +28,7 @@ not fired, or unknown because the fact could not be collected) and the fixes to 
 
 **Possible**: the rule's conditions hold here, but its evidence could not be checked.
 **Not checked**: the facts it needs are unknown. **Ruled out**: a condition does not hold, or
-none of its evidence was seen. **Probes**: what failed or was skipped while gathering.
+none of its evidence was seen. **Probes**: what failed or was skipped while gathering, and the micro-tests.
 **Facts**: every fact the diagnosis stands on; "unknown" is not the same as false.
 
 Copying uses the terminal's clipboard (OSC 52); a terminal that does not support it copies

@@ -10,6 +10,7 @@ from textual.containers import Container, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Input, OptionList, Static, TabbedContent, TabPane, Tabs
 
+from diagnose.render import microtest_rows
 from diagnose.report import Report
 from diagnose.tui.help import HelpScreen
 from diagnose.tui.widgets import (
@@ -19,6 +20,7 @@ from diagnose.tui.widgets import (
     MachineHeader,
     OutcomeList,
     facts_tree,
+    microtest_table,
     probe_table,
 )
 
@@ -70,6 +72,7 @@ class ResultsScreen(Screen[None]):
             with TabPane(f"Probes {len(r.probe_errors) + len(r.skipped)}", id="probes"):
                 with VerticalScroll():
                     yield Static(probe_table(r.probe_errors, r.skipped))
+                    yield Static(microtest_table(microtest_rows(r)), id="microtests")
             with TabPane("Facts", id="facts"):
                 yield facts_tree(r.facts)
         yield Footer()

@@ -204,6 +204,20 @@ def probe_table(errors: Sequence[ProbeError], skipped: Sequence[Skipped]) -> Tab
     return table
 
 
+def microtest_table(rows: Sequence[tuple[str, str, str]]) -> Table | Text:
+    """The micro-tests as render.microtest_rows gives them: test, status, detail."""
+    if not rows:
+        return Text("No micro-test ran (offline input, or --microtests none).", style="dim")
+    table = Table(box=None, padding=(0, 1), expand=True, header_style="bold", title="micro-tests", title_justify="left")
+    table.add_column("status", no_wrap=True, width=9)
+    table.add_column("test", ratio=1)
+    table.add_column("detail", ratio=3)
+    for name, status, detail in rows:
+        style = {"passed": "green", "skipped": "yellow"}.get(status, SEVERITY_STYLE["error"])
+        table.add_row(Text(status, style=style), name, detail)
+    return table
+
+
 def _label(key: str, value: Any) -> Text:
     if value is None:
         return Text.assemble(f"{key}: ", ("unknown", "dim italic"))

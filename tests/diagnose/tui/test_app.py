@@ -350,3 +350,12 @@ async def test_quit_during_a_run_ends_its_child_processes(kb):
         time.sleep(0.1)
     assert not app.running and app.report is None
     assert not psutil.Process().children(recursive=True)
+
+
+async def test_probes_tab_lists_the_micro_tests(report_for):
+    app = make_app(report=report_for("cpu-machine-live"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("5")
+        await pilot.pause()
+        text = drawn(app.screen.query_one("#microtests"))
+        assert "rendezvous" in text and "all_reduce" in text and "busbw up to" in text
