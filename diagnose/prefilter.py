@@ -11,12 +11,21 @@ lowercased text, which only widens the test, so the prefilter never hides a matc
 from __future__ import annotations
 
 import re
-from re import _constants as C  # noqa: N812 - the regex opcodes
-from re import _parser
+import sys
+
+# the regex parser is private; it moved from sre_parse into the re package in Python 3.11
+if sys.version_info >= (3, 11):
+    from re import _constants as C  # noqa: N812 - the regex opcodes
+    from re import _parser
+else:  # pragma: no cover - exercised on 3.10 only
+    import sre_constants as C  # noqa: N812
+    import sre_parse as _parser
 
 MIN_LITERAL = 3  # shorter required strings select too little to be worth testing
 
-_REPEATS = (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT)
+# possessive repeats and atomic groups exist from Python 3.11
+_REPEATS = tuple(getattr(C, name) for name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(C, name))
+_ATOMIC = getattr(C, "ATOMIC_GROUP", None)
 
 
 def _weakest(alternatives: frozenset[str]) -> int:
@@ -41,7 +50,7 @@ def _required(items) -> frozenset[str] | None:
         run = []
         if op is C.SUBPATTERN:
             consider(_required(av[3]))
-        elif op is C.ATOMIC_GROUP:
+        elif op is _ATOMIC:
             consider(_required(av))
         elif op is C.BRANCH:
             branches = [_required(branch) for branch in av[1]]
