@@ -45,6 +45,13 @@ _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
 _CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[\w.+!-]+)\s*$")
+# "deepspeed 0.8.0": `pip list` rows and hand-written version lines. Only for the packages a
+# diagnosis weighs, so that "Ubuntu 20.04" or "Python 3.8" never becomes a package.
+_NAME_VERSION = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9._-]*)\s+v?(?P<version>\d+(?:\.\d+)+[\w.+!-]*)\s*$")
+_TRACKED = frozenset(
+    "torch lightning pytorch-lightning lightning-fabric deepspeed accelerate bitsandbytes transformers "
+    "peft triton xformers apex torchvision torchaudio nvidia-nccl-cu11 nvidia-nccl-cu12 torchmetrics".split()
+)
 _ENV_LINE = re.compile(r"^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>\S*)\s*$")
 _DOTTED = re.compile(r"^(?P<key>[A-Za-z][^.\[]*?)\s*\.{3,}\s*(?P<value>.+)$")
 
@@ -285,6 +292,10 @@ class _Parser:
             self.in_conda = False
         m = _FREEZE.match(line)
         if m:
+            f.package(m.group("name"), m.group("version"))
+            return True
+        m = _NAME_VERSION.match(line)
+        if m and canonical_package(m.group("name")) in _TRACKED:
             f.package(m.group("name"), m.group("version"))
             return True
         m = _ENV_LINE.match(line)

@@ -256,3 +256,8 @@ def test_conda_list_says_cpu_or_cuda_build():
 def test_nccl_from_the_pip_nccl_wheel():
     f = parse_report("PyTorch version: 2.1.0+cu121\n[pip3] nvidia-nccl-cu12==2.18.1\n[pip3] torch==2.1.0")
     assert f.torch.nccl == "2.18.1" and f.packages.lookup("nvidia_nccl_cu12") == (True, "2.18.1")
+
+
+def test_pip_list_rows_of_tracked_packages_only():
+    text = "deepspeed 0.8.0\nUbuntu 20.04\nPython 3.8\nPackage    Version\n---------- -------\ntorch      2.0.1\nrequests   2.31.0\n"
+    assert parse_report(text).packages.values == {"deepspeed": "0.8.0", "torch": "2.0.1"}
