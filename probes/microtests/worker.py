@@ -143,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(1)
     channel.done()
-    return 0
+    # The result is recorded. Skip interpreter teardown: Lightning's atexit handler destroys the
+    # process group, and on gloo that can abort (SIGABRT) once the peer rank has already gone.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
