@@ -6,7 +6,6 @@ weights of the evidence that fired; rules are ranked by score, then severity, th
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property

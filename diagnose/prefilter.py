@@ -73,7 +73,3 @@ def required_literals(pattern: str) -> tuple[str, ...] | None:
     if not found or _weakest(found) < MIN_LITERAL:
         return None
     return tuple(sorted(found))
-
-
-def may_match(literals: tuple[str, ...] | None, lowered_text: str) -> bool:
-    return literals is None or any(literal in lowered_text for literal in literals)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.kb import load_kb
-from diagnose.prefilter import may_match, required_literals
+from diagnose.prefilter import required_literals
 from diagnose.rules import LogCheck
 
 
@@ -29,6 +29,11 @@ from diagnose.rules import LogCheck
 )
 def test_required_literals(pattern, literals):
     assert required_literals(pattern) == literals
+
+
+def may_match(literals: tuple[str, ...] | None, lowered_text: str) -> bool:
+    """What the engine relies on: a match implies one of the literals in the lowered text."""
+    return literals is None or any(literal in lowered_text for literal in literals)
 
 
 def _kb_patterns() -> list[str]:
