@@ -13,14 +13,25 @@ FORMATS = ("text", "json", "markdown")
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+def safe_report(report: Report, *, controls: bool = True) -> Report:
+    """The report as it may leave the tool: every string through the one redactor and, for
+    a terminal or a markdown page (``controls``), without escape sequences or control
+    characters. Done on the model, before any wrapping could split a token across lines."""
+    from probes.redact import scrub
+
+    return Report.model_validate(scrub(report.model_dump(mode="json", warnings=False), controls=controls))
+
+
 def render(report: Report, fmt: str = "text", *, width: int = 80, color: bool = False) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    # JSON escapes control characters itself; the values stay as the input had them
+    report = safe_report(report, controls=fmt != "json")
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":
         return render_markdown(report)
-    if fmt == "text":
-        return render_text(report, width=width, color=color)
-    raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    return render_text(report, width=width, color=color)
 
 
 def render_json(report: Report) -> str:

@@ -8,12 +8,13 @@ replaced by ``REDACTED``.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 
+from probes import redact as _redact
 from probes.facts import Env
+from probes.redact import REDACTED
 
-REDACTED = "<redacted>"
+__all__ = ["REDACTED", "allowed", "looks_secret", "parse_visible_devices", "probe", "redact_text", "redact_value"]
 
 _ALLOWED_PREFIXES = (
     "NCCL_",
@@ -44,24 +45,6 @@ _ALLOWED_NAMES = frozenset(
     }
 )
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|AUTH|CREDENTIAL", re.IGNORECASE)
-
-# Credential formats with a recognisable shape; a value containing one is redacted whole.
-_SECRET_VALUE = re.compile(
-    r"""
-      \bhf_[A-Za-z0-9]{20,}                      # Hugging Face
-    | \b(?:AKIA|ASIA)[0-9A-Z]{16}\b              # AWS access key id
-    | \bgh[pousr]_[A-Za-z0-9]{30,}               # GitHub
-    | \bsk-[A-Za-z0-9_-]{20,}                    # OpenAI-style API keys
-    | \bxox[abpr]-[A-Za-z0-9-]{10,}              # Slack
-    | \beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}  # JWT
-    | ://[^/\s:@]+:[^/\s@]+@                     # user:password@ in a URL
-    """,
-    re.VERBOSE,
-)
-# A long unbroken run of key-like characters: how random secrets look when nothing else
-# gives them away. Paths, hostnames and version strings have separators or are short.
-_OPAQUE = re.compile(r"(?<![\w/.-])[A-Za-z0-9+/=_-]{32,}(?![\w/.-])")
 
 
 def allowed(name: str) -> bool:
@@ -69,49 +52,17 @@ def allowed(name: str) -> bool:
 
 
 def looks_secret(value: str) -> bool:
-    if _SECRET_VALUE.search(value):
-        return True
-    return any(_mixed(m.group()) for m in _OPAQUE.finditer(value))
-
-
-def _mixed(token: str) -> bool:
-    # 32 hex digits or a long all-lowercase word are ids and names, not keys; a key mixes
-    # letters of both cases with digits. An absolute path mixes them too, and is no key.
-    return (
-        not token.startswith("/")
-        and any(c.isdigit() for c in token)
-        and any(c.islower() for c in token)
-        and any(c.isupper() for c in token)
-    )
+    return _redact.redact(value) != value
 
 
 def redact_value(name: str, value: str) -> str:
-    if _SECRET_NAME.search(name) or looks_secret(value):
-        return REDACTED
-    return value
+    """A credential by its name, or anything credential-like in the value, blanks it whole."""
+    return _redact.redact_value(name, value)
 
 
 def redact_text(text: str) -> str:
-    """Blank out credentials inside free text (a command line): ``--token X``, ``KEY=X``."""
-    words = text.split(" ")
-    out: list[str] = []
-    hide_next = False
-    for word in words:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name, sep, value = word.partition("=")
-        if sep and _SECRET_NAME.search(name):
-            out.append(f"{name}={REDACTED}")
-        elif word.startswith("-") and _SECRET_NAME.search(word):
-            out.append(word)
-            hide_next = True
-        elif looks_secret(word):
-            out.append(REDACTED)
-        else:
-            out.append(word)
-    return " ".join(out)
+    """Blank out credentials inside free text (a command line, a log line)."""
+    return _redact.redact(text)
 
 
 def parse_visible_devices(value: str | None) -> list[str] | None:
