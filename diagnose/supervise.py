@@ -13,12 +13,21 @@ rank's stack is taken (``probes.hang``), the tree is ended (TERM, then KILL afte
 offline log reader. A job that ends by itself is diagnosed from its log alone. The report
 is printed and saved in OUT with the log.
 
+Process hygiene: ``diagnose run`` is a child subreaper (Linux), so a daemon the job
+double-forks is re-parented to it and ended with the job; the job's first process, and
+through the start-up hook every Python process of the job, gets a parent-death signal, so
+killing the supervisor outright (SIGKILL) still takes the ranks and their ports down. A
+first SIGINT is passed to the job (its own Ctrl-C handling runs); a second one, or a
+SIGTERM, ends the job: TERM, then KILL after ``--grace``.
+
 Exit status: the job's own when it ended by itself (128+N for a signal N), ``Exit.FINDINGS``
-(1) for a hang, 130 when interrupted; 2 and 3 as everywhere else.
+(1) for a hang, 130 / 143 when interrupted by SIGINT / SIGTERM; 2 and 3 as everywhere else.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 import os
 import shlex
 import shutil
@@ -27,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,7 +56,11 @@ CPU_WINDOW_S = 1.0
 CPU_TICKS_S = 0.02  # two clock ticks: one stray tick is not work
 TREE_REFRESH_S = 5.0  # a full process scan costs far more than reading known processes
 FR_BUFFER_ENTRIES = "2000"
-INTERRUPTED = 130
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+ADOPTED_GRACE_S = 1.0  # a daemon the job left behind gets this long to exit on TERM
+LIVE_JOIN_S = 30.0
+LIVE_SECTIONS = ("host", "packages", "torch", "gpus", "driver", "env", "launcher")
 
 
 def build_run_parser() -> Parser:
@@ -93,6 +106,7 @@ def job_env(base: Mapping[str, str], out: Path, debug_env: bool) -> tuple[dict[s
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *filter(None, [base.get("PYTHONPATH")])])
     env["DIAGNOSE_HOOK_DIR"] = str(hook_dir)
     env["DIAGNOSE_HOOK_SIGNAL"] = str(HOOK_SIGNAL)
+    env["DIAGNOSE_DIE_WITH"] = "leader"  # the hook's parent-death chain starts at the job's first process
     if not debug_env:
         return env, None
     fr_dir = out / "flight-recorder"
@@ -136,6 +150,7 @@ class RunResult:
     rank_env: dict[str, str] | None = None  # the environment of one rank, for launcher facts
     notes: list[str] = field(default_factory=list)
     kept_pid: int | None = None  # a hung job left running by --keep
+    live: object = None  # what ``supervise(live=...)`` gathered while the job ran (Facts, or the exception)
 
 
 class _Tee:
@@ -147,6 +162,7 @@ class _Tee:
         self.written = 0
         self.last_output = time.monotonic()
         self.threads: list[threading.Thread] = []
+        self.muted = False  # once the supervisor ends the job: its reaction goes to the log only
 
     def start(self, stream: IO[bytes], sink: IO[bytes]) -> None:
         thread = threading.Thread(target=self._pump, args=(stream, sink), daemon=True)
@@ -167,6 +183,8 @@ class _Tee:
                 self.log.write(chunk)
                 self.log.flush()
                 self.written += len(chunk)
+            if self.muted:
+                continue
             try:
                 sink.write(chunk)
                 sink.flush()
@@ -259,6 +277,105 @@ def end_tree(pid: int, grace: float) -> None:
             pass
 
 
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_subreaper() -> bool:
+    """Make orphans of the job (double-forked daemons) our children instead of init's."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _die_with_parent() -> None:
+    """In the job's first process, before exec: the kernel KILLs it when the supervisor dies."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _children() -> set[int]:
+    try:
+        return {c.pid for c in psutil.Process().children()}
+    except psutil.Error:
+        return set()
+
+
+def end_adopted(known: set[int], grace: float) -> None:
+    """End the processes re-parented to us (as a subreaper) since ``known`` was taken, and
+    everything under them: what the job left behind."""
+    for pid in sorted(_children() - known):
+        try:
+            proc = psutil.Process(pid)
+            tree = [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for each in tree:
+            try:
+                each.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(tree, timeout=grace)
+        for each in alive:
+            try:
+                each.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=1.0)
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM while the job runs. A first SIGINT goes to the job, whose own
+    Ctrl-C handling may save a checkpoint; a second one, or any SIGTERM, ends it (TERM,
+    KILL after the grace): a job that ignores both still goes."""
+
+    def __init__(self, proc: subprocess.Popen, grace: float, stderr: IO[bytes]) -> None:
+        self.proc, self.grace, self.stderr = proc, grace, stderr
+        self.signals: list[int] = []
+        self.end = threading.Event()
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def status(self) -> int | None:
+        """128 + the signal that ended the run: SIGTERM wins over SIGINT."""
+        if not self.signals:
+            return None
+        return 128 + (signal.SIGTERM if signal.SIGTERM in self.signals else signal.SIGINT)
+
+    def _handle(self, signum: int, _frame) -> None:
+        self.signals.append(signum)
+        if signum == signal.SIGINT and len(self.signals) == 1:
+            self._say(f"interrupted: passed to the job; interrupt again to end it (TERM, KILL after {self.grace:g}s)")
+            try:
+                os.killpg(self.proc.pid, signal.SIGINT)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+        if not self.end.is_set():
+            self._say(f"ending the job (TERM, KILL after {self.grace:g}s)")
+            self.end.set()
+
+    def _say(self, text: str) -> None:
+        try:
+            self.stderr.write(f"diagnose run: {text}\n".encode())
+            self.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
 def supervise(
     command: Sequence[str],
     *,
@@ -272,8 +389,13 @@ def supervise(
     py_spy: str | None = None,
     stdout: IO[bytes] | None = None,
     stderr: IO[bytes] | None = None,
+    live: Callable[[], object] | None = None,
 ) -> RunResult:
-    """Run ``command`` to its end or its hang; everything it printed is in ``out/output.log``."""
+    """Run ``command`` to its end or its hang; everything it printed is in ``out/output.log``.
+
+    ``live``, when given, is called on a thread while the job runs and its return value
+    lands in ``RunResult.live``.
+    """
     out.mkdir(parents=True, exist_ok=True)
     hook_dir = out / ".hook"
     hook_dir.mkdir(exist_ok=True)
@@ -282,6 +404,7 @@ def supervise(
     log_path = out / "output.log"
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
+    known = _children()
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
@@ -290,6 +413,7 @@ def supervise(
                 stderr=subprocess.PIPE,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise UsageError(f"{command[0]}: cannot start: {exc.strerror or exc}") from None
@@ -297,21 +421,29 @@ def supervise(
         tee.start(proc.stdout, stdout)
         tee.start(proc.stderr, stderr)
         py_spy = py_spy or find_pyspy()
+        cpu = _RankWatch(proc.pid, refresh_s=min(TREE_REFRESH_S, hang_after / 3))
+        gathered = _LiveFacts(live) if live is not None else None
         try:
-            result = _watch(
-                proc, tee, hang_after=hang_after, keep=keep, grace=grace,
-                collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods),
-                sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
-            )
+            with _Interrupts(proc, grace, stderr) as interrupts:
+                result = _watch(
+                    proc, tee, cpu, interrupts, hang_after=hang_after, keep=keep, grace=grace,
+                    collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods),
+                    sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
+                )
+                if gathered is not None:
+                    result.live = gathered.result()
+                if result.outcome != "hung" or not keep:
+                    end_adopted(known, min(grace, ADOPTED_GRACE_S))
+                    tee.join(timeout=5.0)
+                    # the hook's FIFOs and stack files served the live job only; what they gave is in the facts
+                    shutil.rmtree(hook_dir, ignore_errors=True)
+                    if fr_dir is not None and fr_dir.is_dir() and not any(fr_dir.iterdir()):
+                        fr_dir.rmdir()
         except BaseException:
             end_tree(proc.pid, grace)  # the supervisor failing must not leave the job running unwatched
-            raise
-        if result.outcome != "hung" or not keep:
-            tee.join(timeout=5.0)
-            # the hook's FIFOs and stack files served the live job only; what they gave is in the facts
+            end_adopted(known, 0.0)
             shutil.rmtree(hook_dir, ignore_errors=True)
-            if fr_dir is not None and fr_dir.is_dir() and not any(fr_dir.iterdir()):
-                fr_dir.rmdir()
+            raise
         result.log_path = log_path
         if result.outcome != "hung":
             with tee.lock:
@@ -319,69 +451,78 @@ def supervise(
     return result
 
 
-def _watch(proc: subprocess.Popen, tee: _Tee, *, hang_after: float, keep: bool, grace: float, collect, sample) -> RunResult:
-    interval = min(1.0, max(0.1, hang_after / 10))
-    cpu = _RankWatch(proc.pid, refresh_s=min(TREE_REFRESH_S, hang_after / 3))
-    interrupted = threading.Event()
+class _LiveFacts:
+    """This machine's facts, gathered on a thread while the job runs: the torch, GPUs and
+    packages the job sees, not whatever is left once it has gone."""
 
-    def forward(signum, _frame) -> None:
-        interrupted.set()
+    def __init__(self, live: Callable[[], object]) -> None:
+        self.value: object = None
+        self.thread = threading.Thread(target=self._run, args=(live,), name="diagnose-live", daemon=True)
+        self.thread.start()
+
+    def _run(self, live: Callable[[], object]) -> None:
         try:
-            os.killpg(proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+            self.value = live()
+        except Exception as exc:  # noqa: BLE001 - facts are a bonus; the run's diagnosis stands without them
+            self.value = exc
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, forward)
-    try:
-        last_busy = time.monotonic()
-        spin_checked, spin_seen = 0.0, None
-        while True:
-            try:
-                code = proc.wait(timeout=interval)
-            except subprocess.TimeoutExpired:
-                code = None
-            if code is not None:
-                end_tree(proc.pid, grace=0.5)  # leftovers of a job that ended: nothing may outlive it
-                if interrupted.is_set():
-                    return RunResult("interrupted", _exit_status(code), rank_env=cpu.rank_env)
-                return RunResult("finished" if code == 0 else "crashed", _exit_status(code), rank_env=cpu.rank_env)
-            now = time.monotonic()
-            if cpu.busy(now):
-                last_busy = now
-            last_progress = max(tee.last_output, last_busy)
-            spinning = False
-            if now - tee.last_output < hang_after:
-                spin_seen = None
-            elif now - last_progress < hang_after and now - spin_checked >= hang_after:
-                # silent but busy: stuck only if the ranks stay put in a wait on their peers
-                spin_checked = now
-                seen = spin_signature(sample())
-                spinning, spin_seen = seen is not None and seen == spin_seen, seen
-            if interrupted.is_set() or (now - last_progress < hang_after and not spinning):
-                continue
-            with tee.lock:
-                log_bytes = tee.written
-            hang = collect()
-            result = RunResult("hung", int(Exit.FINDINGS), idle_s=round(now - last_progress, 1),
-                               log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env)
-            if spinning:
-                result.notes.append(
-                    f"no output for {now - tee.last_output:.0f}s; the ranks kept a CPU busy without leaving "
-                    "their collective (busy-waiting)"
-                )
-                result.idle_s = round(now - tee.last_output, 1)
-            if keep:
-                result.kept_pid = proc.pid
-            else:
-                end_tree(proc.pid, grace)
-                proc.wait()
-            return result
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    def result(self) -> object:
+        self.thread.join(LIVE_JOIN_S)
+        return self.value
+
+
+def _watch(proc: subprocess.Popen, tee: _Tee, cpu: _RankWatch, interrupts: _Interrupts, *, hang_after: float,
+           keep: bool, grace: float, collect, sample) -> RunResult:
+    interval = min(1.0, max(0.1, hang_after / 10))
+    last_busy = time.monotonic()
+    spin_checked, spin_seen = 0.0, None
+    while True:
+        try:
+            code = proc.wait(timeout=interval)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None:
+            end_tree(proc.pid, grace=0.5)  # leftovers of a job that ended: nothing may outlive it
+            if interrupts.status is not None:
+                return RunResult("interrupted", interrupts.status, rank_env=cpu.rank_env)
+            return RunResult("finished" if code == 0 else "crashed", _exit_status(code), rank_env=cpu.rank_env)
+        if interrupts.end.is_set():
+            tee.muted = True  # torchrun's traceback about the TERM we send is not the user's error
+            end_tree(proc.pid, grace)
+            proc.wait()
+            return RunResult("interrupted", interrupts.status, rank_env=cpu.rank_env)
+        now = time.monotonic()
+        if cpu.busy(now):
+            last_busy = now
+        last_progress = max(tee.last_output, last_busy)
+        spinning = False
+        if now - tee.last_output < hang_after:
+            spin_seen = None
+        elif now - last_progress < hang_after and now - spin_checked >= hang_after:
+            # silent but busy: stuck only if the ranks stay put in a wait on their peers
+            spin_checked = now
+            seen = spin_signature(sample())
+            spinning, spin_seen = seen is not None and seen == spin_seen, seen
+        if interrupts.signals or (now - last_progress < hang_after and not spinning):
+            continue
+        with tee.lock:
+            log_bytes = tee.written
+        hang = collect()
+        result = RunResult("hung", int(Exit.FINDINGS), idle_s=round(now - last_progress, 1),
+                           log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env)
+        if spinning:
+            result.notes.append(
+                f"no output for {now - tee.last_output:.0f}s; the ranks kept a CPU busy without leaving "
+                "their collective (busy-waiting)"
+            )
+            result.idle_s = round(now - tee.last_output, 1)
+        if keep:
+            result.kept_pid = proc.pid
+        else:
+            tee.muted = True
+            end_tree(proc.pid, grace)
+            proc.wait()
+        return result
 
 
 def _exit_status(code: int) -> int:
@@ -407,6 +548,13 @@ def run_facts(command: Sequence[str], result: RunResult):
                 facts.log = read_log(_Prefix(f, result.log_bytes), str(result.log_path))
             except LogError as exc:  # a job that printed binary data: the stacks still stand
                 facts.errors.append(ProbeError(probe="log", message=str(exc)))
+    if isinstance(result.live, Facts):
+        facts.inputs.append("live")
+        for section in LIVE_SECTIONS:
+            setattr(facts, section, getattr(result.live, section))
+        facts.errors.extend(result.live.errors)
+    elif isinstance(result.live, Exception):
+        facts.errors.append(ProbeError(probe="live", message=f"{type(result.live).__name__}: {result.live}"))
     if result.rank_env is not None:
         facts.launcher = launcher_probe.probe(result.rank_env)
         facts.env = env_probe.probe(result.rank_env)
@@ -489,6 +637,21 @@ def _ranks(ranks: list[int]) -> str:
 # --- the command ---------------------------------------------------------------------------------------
 
 
+def _seconds(option: str, value: float, *, zero: bool) -> None:
+    """A number of seconds must be finite and positive (or zero where that means "at once"):
+    nan compares false with everything, so an unchecked one silently turns every test off."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise UsageError(f"{option} must be a finite number of seconds, {'0 or more' if zero else 'more than 0'} (got {value:g})")
+
+
+def live_facts():
+    """This machine's torch, GPUs and packages (env and launcher come from a rank's own
+    environment once the job is over)."""
+    from probes.collect import collect
+
+    return collect()
+
+
 def cmd_run(argv: Sequence[str]) -> int:
     options, command = split_command(argv)
     args = build_run_parser().parse_args(options)
@@ -496,8 +659,8 @@ def cmd_run(argv: Sequence[str]) -> int:
         raise UsageError("--json and --format disagree")
     requested = "json" if args.json else args.format
     fmt = requested or "text"
-    if args.hang_after <= 0 or args.grace < 0:
-        raise UsageError("--hang-after must be positive and --grace not negative")
+    _seconds("--hang-after", args.hang_after, zero=False)
+    _seconds("--grace", args.grace, zero=True)
     from diagnose.engine import evaluate
     from diagnose.kb import load_kb
     from diagnose.render import render
@@ -512,8 +675,9 @@ def cmd_run(argv: Sequence[str]) -> int:
     env, fr_dir = job_env(os.environ, out.resolve(), debug_env=not args.no_debug_env)
     # a document on stdout must stay parseable: then the job's stdout joins its stderr
     job_stdout = sys.stdout.buffer if fmt == "text" else sys.stderr.buffer
+    become_subreaper()
     result = supervise(command, out=out, hang_after=args.hang_after, keep=args.keep, grace=args.grace,
-                       env=env, fr_dir=fr_dir, stdout=job_stdout)
+                       env=env, fr_dir=fr_dir, stdout=job_stdout, live=live_facts)
     facts = run_facts(command, result)
     report = evaluate(facts, kb)
     (out / "facts.json").write_text(dump_snapshot(facts) + "\n", encoding="utf-8")
@@ -528,6 +692,4 @@ def cmd_run(argv: Sequence[str]) -> int:
         color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render(report, fmt, color=color))
         sys.stdout.flush()
-    if result.outcome == "interrupted":
-        return INTERRUPTED
     return result.exit_code if result.exit_code is not None else int(Exit.FINDINGS)

@@ -7,6 +7,11 @@ its C signal handler, which works while the main thread is blocked in a collecti
 ``DIAGNOSE_FR_DIR`` set it also waits, on a thread blocked in ``open()`` of a FIFO (no
 CPU), for a request to dump torch's Flight Recorder, since gloo never dumps on timeout.
 
+With ``DIAGNOSE_DIE_WITH`` set it also asks the kernel to KILL this process when its parent
+dies, if the parent is in the same chain (the job's first process, started so by the
+supervisor, or a Python process that did this itself): killing ``diagnose run`` outright
+then takes torchrun and, through it, the ranks and their ports.
+
 Nothing here may break the user's program: every step is guarded, and the site's own
 ``sitecustomize`` (if any) still runs afterwards.
 """
@@ -14,7 +19,23 @@ Nothing here may break the user's program: every step is guarded, and the site's
 import os
 
 
+def _die_with_parent() -> None:
+    chain = os.environ.get("DIAGNOSE_DIE_WITH")
+    parent = os.getppid()
+    if not chain or not (chain == str(parent) or (chain == "leader" and os.getsid(0) == parent)):
+        return
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux") and ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+        os.environ["DIAGNOSE_DIE_WITH"] = str(os.getpid())
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(128 + int(signal.SIGKILL))
+
+
 def _install() -> None:
+    _die_with_parent()
     hook_dir = os.environ.get("DIAGNOSE_HOOK_DIR")
     if not hook_dir:
         return

@@ -30,17 +30,21 @@ def line_of(script: Path, text: str) -> int:
     return next(no for no, line in enumerate(script.read_text().splitlines(), 1) if text in line)
 
 
-def leftovers(out: Path) -> list[psutil.Process]:
-    """Processes started under this run's hook directory that are still alive."""
-    mark = str((out / ".hook").resolve())
+def marked(name: str, value: str) -> list[psutil.Process]:
+    """Live processes whose environment has ``name=value``, wherever they ended up."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("DIAGNOSE_HOOK_DIR") == mark and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.environ().get(name) == value and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def leftovers(out: Path) -> list[psutil.Process]:
+    """Processes started under this run's hook directory that are still alive."""
+    return marked("DIAGNOSE_HOOK_DIR", str((out / ".hook").resolve()))
 
 
 def diagnose_run(out: Path, script: str, *options: str, **env_vars: str) -> subprocess.CompletedProcess:
@@ -183,7 +187,12 @@ def test_debug_env_keeps_what_the_user_set(tmp_path):
     [
         (["run", "python"], "give the command after `--`"),
         (["run", "--"], "no command after `--`"),
-        (["run", "--hang-after", "0", "--", "true"], "--hang-after must be positive"),
+        (["run", "--hang-after", "0", "--", "true"], "--hang-after must be a finite number of seconds, more than 0 (got 0)"),
+        (["run", "--hang-after", "nan", "--", "true"], "--hang-after must be a finite number of seconds"),
+        (["run", "--hang-after", "inf", "--", "true"], "(got inf)"),
+        (["run", "--grace", "nan", "--", "true"], "--grace must be a finite number of seconds, 0 or more (got nan)"),
+        (["run", "--grace", "inf", "--", "true"], "--grace must be"),
+        (["run", "--grace", "-1", "--", "true"], "--grace must be"),
         (["run", "--out", "{out}", "--", "/no/such/program"], "/no/such/program: cannot start"),
     ],
 )
