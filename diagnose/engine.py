@@ -24,6 +24,7 @@ from diagnose.report import (
     Report,
     RuleOutcome,
     Summary,
+    SymptomSeen,
 )
 from diagnose.rules import (
     SEVERITY_ORDER,
@@ -36,9 +37,16 @@ from diagnose.rules import (
     SignatureCheck,
 )
 from probes.facts import Facts
+from probes.signatures import shipped as shipped_catalog
+from probes.symptoms import observe
 
 FIRED, NOT_FIRED, UNKNOWN = "fired", "not_fired", "unknown"
 EXCERPTS = 3
+# A candidate's prior (0..1) counts like this much evidence: enough to order the causes of a
+# symptom among themselves, never enough to outrank a cause whose own evidence fired.
+PRIOR_WEIGHT = 2.0
+# candidates shown for the observed symptoms without evidence of their own, most common first
+MAX_CANDIDATES = 5
 
 
 @dataclass
@@ -286,9 +294,16 @@ def _rank_key(finding: Finding) -> tuple:
     return (-finding.score, SEVERITY_ORDER[finding.severity], finding.id)
 
 
+def _explains(rule: Rule, symptom: str) -> bool:
+    """A rule explains an observed symptom it names, or a vaguer one ("hang" for "hang.init")."""
+    return any(e == symptom or e.startswith(symptom + ".") for e in rule.explains)
+
+
 def evaluate(facts: Facts, kb: KB) -> Report:
     ctx = _Context(facts)
+    observed = observe(facts)
     findings: list[Finding] = []
+    candidates: list[Finding] = []
     possible: list[RuleOutcome] = []
     not_checked: list[RuleOutcome] = []
     ruled_out: list[RuleOutcome] = []
@@ -312,24 +327,29 @@ def evaluate(facts: Facts, kb: KB) -> Report:
             elif result.state == UNKNOWN and check.weight > 0:
                 unknown.append(check)
         score = round(score, 3)
-        if fired and score >= rule.min_score:
+        explained = [s for s in observed if _explains(rule, s)]
+        decisive = fired and score >= rule.min_score
+        if decisive or (explained and score >= 0):
             if context is None:
                 context = render_context(facts)
-            findings.append(
-                Finding(
-                    id=rule.id,
-                    title=rule.title,
-                    severity=rule.severity,
-                    score=score,
-                    confidence=_confidence(score, bool(gate_unknown)),
-                    explain=rule.explain.strip(),
-                    evidence=[_item(c, r) for c, r in results],
-                    gate=[_item(c, r) for c, r in gate],
-                    missing=_needs(gate_unknown + unknown),
-                    fixes=render_fixes(rule, context),
-                    references=list(rule.references),
-                )
+            total = round(score + (PRIOR_WEIGHT * rule.prior if explained else 0.0), 3)
+            finding = Finding(
+                id=rule.id,
+                title=rule.title,
+                severity=rule.severity,
+                score=total,
+                confidence=_confidence(total, bool(gate_unknown)) if decisive else "low",
+                basis="evidence" if decisive else "symptom",
+                explains=explained,
+                check=rule.check,
+                explain=rule.explain.strip(),
+                evidence=[_item(c, r) for c, r in results],
+                gate=[_item(c, r) for c, r in gate],
+                missing=_needs(gate_unknown + unknown),
+                fixes=render_fixes(rule, context),
+                references=list(rule.references),
             )
+            (findings if decisive else candidates).append(finding)
         elif not unknown:
             ruled_out.append(_outcome(rule, "none of its evidence was seen"))
         elif rule.when and not gate_unknown:
@@ -337,6 +357,15 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         else:
             not_checked.append(_outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown)))
 
+    candidates.sort(key=_rank_key)
+    findings.extend(candidates[:MAX_CANDIDATES])
+    for extra in candidates[MAX_CANDIDATES:]:
+        possible.append(_outcome(kb.get(extra.id), "a less common cause of the observed symptoms"))
+    symptoms = shipped_catalog().symptoms
+    seen = [
+        SymptomSeen(id=s, title=symptoms[s].title, check=symptoms[s].check.strip(), shown_by=sources)
+        for s, sources in sorted(observed.items())
+    ]
     findings.sort(key=_rank_key)
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     return Report.model_construct(
@@ -349,6 +378,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
             top=findings[0].id if findings else None,
             rules=len(kb.rules),
         ),
+        symptoms=seen,
         findings=findings,
         possible=possible,
         not_checked=not_checked,

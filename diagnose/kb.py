@@ -27,9 +27,9 @@ class KBError(Exception):
 
 def shipped_kb_dir() -> Path:
     """kb/ inside an installed wheel, else the source checkout's kb/ beside the package."""
-    here = Path(__file__).resolve().parent
-    installed = here / "kb"
-    return installed if installed.is_dir() else here.parent / "kb"
+    from probes.signatures import kb_dir
+
+    return kb_dir()
 
 
 @dataclass
@@ -142,6 +142,15 @@ def load_rule_file(path: Path, root: Path) -> Rule:
     return rule
 
 
+# kb/ entries that are data rules read, not rules: the symptom vocabulary, the signature
+# catalog (probes.signatures) and the knowledge tables
+NOT_RULES = ("symptoms.yaml", "signatures", "tables")
+
+
+def rule_files(root: Path) -> list[Path]:
+    return [p for p in sorted(root.rglob("*.yaml")) if p.relative_to(root).parts[0] not in NOT_RULES]
+
+
 def load_kb(extra: list[str | Path] | tuple = (), *, shipped: bool = True) -> KB:
     """The shipped rules plus every ``*.yaml`` under each extra folder; all-or-nothing."""
     roots = ([shipped_kb_dir()] if shipped else []) + [Path(p) for p in extra]
@@ -152,7 +161,7 @@ def load_kb(extra: list[str | Path] | tuple = (), *, shipped: bool = True) -> KB
         if not root.is_dir():
             problems.append(f"{root}: not a rule folder")
             continue
-        for path in sorted(root.rglob("*.yaml")):
+        for path in rule_files(root):
             try:
                 rule = load_rule_file(path, root)
             except KBError as exc:

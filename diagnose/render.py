@@ -7,7 +7,7 @@ import json
 import textwrap
 from typing import Any
 
-from diagnose.report import EvidenceItem, Finding, Report
+from diagnose.report import EvidenceItem, Finding, Report, SymptomSeen
 
 FORMATS = ("text", "json", "markdown")
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -107,6 +107,17 @@ def microtest_rows(report: Report) -> list[tuple[str, str, str]]:
     return rows
 
 
+def narrowing_checks(report: Report) -> list[str]:
+    """When symptoms are clear but no cause has evidence of its own: what narrows them down."""
+    if not report.symptoms or any(f.basis == "evidence" for f in report.findings):
+        return []
+    return list(dict.fromkeys(s.check for s in report.symptoms))
+
+
+def symptom_line(symptom: SymptomSeen) -> str:
+    return f"{symptom.title} (from {', '.join(symptom.shown_by[:3])})"
+
+
 def fired(finding: Finding) -> list[EvidenceItem]:
     return [e for e in finding.evidence if e.state == "fired"]
 
@@ -132,6 +143,19 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
     console.print(table)
     console.print()
 
+    if report.symptoms:
+        console.print("[bold]What happened[/]")
+        for symptom in report.symptoms:
+            console.print(Padding(escape(symptom_line(symptom)), (0, 0, 0, 2)))
+        checks = narrowing_checks(report)
+        if checks:
+            console.print(
+                "No cause has evidence of its own yet: the candidates below are the usual causes "
+                "of this. To tell them apart:"
+            )
+            for check in checks:
+                console.print(Padding(escape(f"- {check}"), (0, 0, 0, 2)))
+        console.print()
     if report.findings:
         console.print(f"[bold]Likely causes, most likely first ({len(report.findings)})[/]")
     else:
@@ -146,6 +170,8 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
             f"score {finding.score:g} · [dim]{finding.id}[/]"
         )
         console.print(Padding(escape(finding.explain), (0, 0, 0, 3)))
+        if finding.check:
+            console.print(Padding(f"Check: {escape(finding.check)}", (0, 0, 0, 3)))
         for item in fired(finding):
             label = f" ({escape(item.label)})" if item.label else ""
             console.print(Padding(f"[green]✓[/] {escape(item.what)}: {escape(_value(item.observed))}{label}", (0, 0, 0, 3)))
@@ -196,6 +222,12 @@ def render_markdown(report: Report) -> str:
     out += ["| | |", "|---|---|"]
     out += [f"| {label} | {md_cell(value)} |" for label, value in machine_summary(report)]
     out.append("")
+    if report.symptoms:
+        out += ["**What happened**", ""] + [f"- {symptom_line(s)}" for s in report.symptoms] + [""]
+        checks = narrowing_checks(report)
+        if checks:
+            out += ["No cause has evidence of its own yet: the candidates below are the usual causes of this. "
+                    "To tell them apart:", ""] + [f"- {c}" for c in checks] + [""]
     if not report.findings:
         out += ["No likely cause found: nothing in the rule base fired on these facts.", ""]
     for rank, finding in enumerate(report.findings, 1):
@@ -206,6 +238,7 @@ def render_markdown(report: Report) -> str:
             "",
             finding.explain,
             "",
+            *([f"Check: {finding.check}", ""] if finding.check else []),
             "| evidence | observed | expected | |",
             "|---|---|---|---|",
         ]

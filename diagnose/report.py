@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from probes.facts import Facts, ProbeError, Skipped
 
 # Bump the minor for additive changes, the major when a consumer would misread old data.
-REPORT_SCHEMA_VERSION = "1.0"
+REPORT_SCHEMA_VERSION = "1.1"
 
 Confidence = Literal["high", "medium", "low"]
 CheckState = Literal["fired", "not_fired", "unknown"]
@@ -38,12 +38,26 @@ class RenderedFix(_Model):
     snippet: str
 
 
+class SymptomSeen(_Model):
+    """A symptom the facts show (kb/symptoms.yaml) and what showed it."""
+
+    id: str
+    title: str
+    check: str  # what narrows the causes down when the evidence is thin
+    shown_by: list[str]  # "log SIGNATURE", "stack in PLACE", "micro-test NAME timed out"
+
+
 class Finding(_Model):
     id: str
     title: str
     severity: Literal["error", "warning", "info"]
     score: float
     confidence: Confidence
+    # "evidence": its own evidence reached the rule's threshold; "symptom": a candidate for an
+    # observed symptom that it commonly causes, without decisive evidence yet
+    basis: Literal["evidence", "symptom"] = "evidence"
+    explains: list[str] = Field(default_factory=list)  # the observed symptoms it would explain
+    check: str | None = None  # what confirms or rules it out
     explain: str
     evidence: list[EvidenceItem]
     gate: list[EvidenceItem] = Field(default_factory=list)
@@ -74,6 +88,7 @@ class Report(_Model):
     schema_version: str = REPORT_SCHEMA_VERSION
     tool: dict[str, str]
     summary: Summary
+    symptoms: list[SymptomSeen] = Field(default_factory=list)  # what happened, before causes
     findings: list[Finding]  # ranked: highest score first
     possible: list[RuleOutcome]  # gate holds, nothing decisive seen, some evidence unknown
     not_checked: list[RuleOutcome]  # the gate itself could not be checked

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from diagnose.paths import UnknownPath, check_path
-from diagnose.prefilter import required_literals
+from probes.prefilter import required_literals
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -40,11 +40,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> Any:
+    """RE2, or a bounded fallback where look-around is needed (``probes.patterns``): rule
+    patterns run over untrusted logs, so one that cannot be bounded is a load error."""
+    from probes.patterns import PatternError, compile
+
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"bad regex {pattern!r}: {exc}") from None
+        return compile(pattern)
+    except PatternError as exc:
+        raise ValueError(str(exc)) from None
 
 
 RegexStr = Annotated[str, AfterValidator(lambda value: _compile(value) and value)]
@@ -173,12 +177,13 @@ class SignatureCheck(_Check):
     @field_validator("signature")
     @classmethod
     def _known(cls, value: str) -> str:
-        from probes.log import SIGNATURES
+        from probes.log import known_signatures
 
-        if value not in SIGNATURES:
+        known = known_signatures()
+        if value not in known:
             import difflib
 
-            hint = difflib.get_close_matches(value, list(SIGNATURES), n=1)
+            hint = difflib.get_close_matches(value, list(known), n=1)
             suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
             raise ValueError(f"unknown log signature '{value}'{suggestion}")
         return value
@@ -306,6 +311,12 @@ class Rule(_Strict):
     since: str = "0.1.0"
     aliases: list[str] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
+    # the symptoms (kb/symptoms.yaml) this cause produces, and how common it is among their
+    # causes (from the real cases): each observed symptom makes the rule a candidate
+    explains: list[str] = Field(min_length=1)
+    prior: float = Field(0.2, ge=0, le=1)
+    # the one thing a user can do to confirm or rule out this cause when evidence is thin
+    check: str | None = None
     when: list[Check] = Field(default_factory=list)
     evidence: list[Check] = Field(min_length=1)
     min_score: float = 1.0
@@ -313,6 +324,17 @@ class Rule(_Strict):
     fix: list[Fix] = Field(min_length=1)
     references: list[str] = Field(min_length=1)
     examples: list[Example]
+
+    @field_validator("explains")
+    @classmethod
+    def _known_symptoms(cls, symptoms: list[str]) -> list[str]:
+        from probes.signatures import shipped
+
+        known = shipped().symptoms
+        unknown = [s for s in symptoms if s not in known]
+        if unknown:
+            raise ValueError(f"unknown symptom(s) {unknown} (kb/symptoms.yaml lists {', '.join(known)})")
+        return symptoms
 
     @field_validator("when")
     @classmethod

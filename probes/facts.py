@@ -571,6 +571,14 @@ class Facts(_Model):
     skipped: list[Skipped] = Field(default_factory=list)
     # a multi-node job (`diagnose cluster`): the sections above are then rank 0's node
     cluster: Cluster | None = None
+    derived: ClassVar[tuple[str, ...]] = ("symptoms",)
+
+    @property
+    def symptoms(self) -> list[str]:
+        """The symptoms these facts show (``probes.symptoms``), sorted; derived, never stored."""
+        from probes.symptoms import observe
+
+        return sorted(observe(self))
 
     @model_serializer(mode="wrap")
     def _single_machine_unchanged(self, handler: Any) -> Any:

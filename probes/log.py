@@ -135,6 +135,7 @@ Packages
 from __future__ import annotations
 
 import codecs
+import functools
 import io
 import os
 import re
@@ -146,6 +147,7 @@ from typing import IO, Any
 
 from probes.env import redact_text
 from probes.facts import Log, LogLine, Signature
+from probes.signatures import Catalog, SignatureDef, shipped
 
 SHORT_LOG_LINES = 2000
 HEAD_LINES = 200
@@ -164,37 +166,6 @@ BLOCK_BYTES = 1 << 20
 
 class LogError(ValueError):
     """A log that cannot be read as text; the message names the source."""
-
-
-@dataclass(frozen=True)
-class SignatureDef:
-    id: str
-    description: str
-    anchors: tuple[str, ...]
-    patterns: tuple[re.Pattern[str], ...]
-    # searched on a matching line to fill Signature.data where one pattern cannot hold
-    # every field in a fixed order
-    fields: tuple[re.Pattern[str], ...] = ()
-
-    def match(self, line: str) -> dict[str, str] | None:
-        for pattern in self.patterns:
-            m = pattern.search(line)
-            if m:
-                data = {k: v.strip() for k, v in m.groupdict().items() if v is not None}
-                for extra in self.fields:
-                    f = extra.search(line)
-                    if f:
-                        data.update({k: v.strip() for k, v in f.groupdict().items() if v})
-                return data
-        return None
-
-
-def _sig(
-    id_: str, description: str, anchors: tuple[str, ...], *patterns: str, fields: tuple[str, ...] = ()
-) -> SignatureDef:
-    return SignatureDef(
-        id_, description, anchors, tuple(re.compile(p) for p in patterns), tuple(re.compile(f) for f in fields)
-    )
 
 
 def _alternation(words: tuple[str, ...]) -> str:
@@ -219,231 +190,61 @@ def _alternation(words: tuple[str, ...]) -> str:
     return build(trie)
 
 
-_SIZE = r"\d+(?:\.\d+)? ?[KMGT]i?B"
+# Signatures the reader emits itself, from what several lines say together (not a pattern).
+READER_SIGNATURES = {"duplicate_global_rank": "two ranks report the same GLOBAL_RANK (SLURM tasks and devices disagree)"}
 
-# Each signature names anchors: literal substrings at least one of which every line it
-# matches contains. Only lines holding an anchor are examined, and on such a line only the
-# signatures whose anchors it holds are tried (tests/probes/test_log.py checks each sample).
-_DEFS = [
-    # --- NCCL ---
-    _sig("nccl_error", "an NCCL error raised to Python", ("NCCL error in: ", "NCCL Error "),
-         r"NCCL error in: \S+?, (?P<error>[^,(\n`']+)(?:[^\n]*?NCCL version (?P<nccl_version>\d[\w.+]*))?",
-         r"NCCL Error \d+: (?P<error>[^\n]+)"),
-    _sig("nccl_unhandled_system_error", "a system call failed inside NCCL",
-         ("unhandled system error", "ncclSystemError"), r"unhandled system error", r"ncclSystemError"),
-    _sig("nccl_unhandled_cuda_error", "a CUDA call failed inside NCCL",
-         ("nhandled cuda error", "nhandled CUDA error", "nhandled Cuda error", "ncclUnhandledCudaError"),
-         r"[Uu]nhandled (?:cuda|CUDA|Cuda) error", r"ncclUnhandledCudaError"),
-    _sig("nccl_invalid_usage", "NCCL was called in an invalid way (e.g. two ranks on one GPU)",
-         ("invalid usage", "ncclInvalidUsage"), r"NCCL[^\n]*invalid usage", r"ncclInvalidUsage"),
-    _sig("nccl_internal_error", "NCCL reported an internal error", ("ncclInternalError", "internal error"),
-         r"ncclInternalError", r"NCCL[^\n]*\binternal error\b"),
-    _sig("nccl_remote_error", "a peer rank exited or the network failed",
-         ("ncclRemoteError", "remote process exited"),
-         r"ncclRemoteError", r"remote process exited or there was a network error"),
-    _sig("nccl_cuda_failure", "NCCL saw a CUDA call fail", ("NCCL WARN Cuda failure",),
-         r"NCCL WARN Cuda failure '?(?P<error>[^'\n]+)'?"),
-    _sig("nccl_warn", "an NCCL warning", ("NCCL WARN",), r"NCCL WARN (?P<message>[^\n]*)"),
-    _sig("nccl_shm_error", "NCCL could not create or open a shared memory segment",
-         ("shared memory segment", "/dev/shm"),
-         r"Error while (?:creating|attaching to|opening) shared memory segment[^\n]*?(?:\(size (?P<size>\d+)\))?$",
-         r"NCCL[^\n]*/dev/shm[^\n]*(?:failed|error|No space)"),
-    _sig("nccl_socket_error", "NCCL or gloo could not set up its sockets",
-         ("Socket creation failed", "o socket interface found", "No usable listening interface", "NET/Socket",
-          "no socket interface"),
-         r"Socket creation failed", r"[Nn]o socket interface found",
-         r"No usable listening interface found", r"NET/Socket : [^\n]*(?:failed|error)",
-         r"Bootstrap : no socket interface"),
-    _sig("nccl_ib_error", "an InfiniBand / RoCE failure", ("NET/IB", "ibv_", "Got completion from peer"),
-         r"NET/IB\s*:[^\n]*(?:[Ee]rror|failed|Got completion)", r"\bibv_\w+ failed",
-         r"Got completion from peer [^\n]* with error"),
-    _sig("nccl_ibverbs_missing", "libibverbs not found (harmless without InfiniBand)",
-         ("Failed to open libibverbs",), r"Failed to open libibverbs\.so"),
-    _sig("nccl_transport", "NCCL chose a transport between two ranks", (" via ",),
-         r"NCCL INFO [^\n]*\bvia (?P<transport>P2P/IPC|P2P/direct pointer|P2P/CUMEM|P2P|SHM|NET/IB|NET/Socket|NET/\w+)"),
-    _sig("nccl_env", "an NCCL setting taken from the environment", ("set by environment to",),
-         r"NCCL INFO (?P<var>NCCL_[A-Z0-9_]+) set by environment to (?P<value>\S+)"),
-    _sig("nccl_version", "the NCCL version in use", ("NCCL version",),
-         r"^(?:\S+ )?NCCL version (?P<version>\d+\.\d+\.\d+[\w.+]*)",
-         r"NCCL version (?P<version>\d+\.\d+\.\d+)\s*$"),
-    _sig("nccl_async_teardown", "NCCL tore the process down after a failed or timed-out operation",
-         ("Some NCCL operations have failed", "entire process down"),
-         r"Some NCCL operations have failed or timed out", r"we are taking the entire process down"),
-    _sig("nccl_watchdog_timeout", "a collective timed out in the ProcessGroupNCCL watchdog",
-         ("Watchdog caught collective operation timeout",),
-         r"Watchdog caught collective operation timeout",
-         fields=(r"OpType=(?P<collective>\w+)", r"SeqNum=(?P<seq>\d+)",
-                 r"Timeout\(ms\)=(?P<timeout_ms>\d+)", r"ran for (?P<ran_ms>\d+) milli")),
-    _sig("nccl_heartbeat_timeout", "the ProcessGroupNCCL watchdog itself got stuck",
-         ("eartbeat monitor timed out", "watchdog got stuck", "watchdog is stuck", "watchdog thread"),
-         r"[Hh]eartbeat monitor timed out", r"watchdog (?:thread )?(?:got|is) stuck",
-         r"ProcessGroupNCCL's watchdog got stuck"),
-    _sig("nccl_not_built", "torch has no NCCL (Windows, macOS, CPU build)", ("doesn't have NCCL built in",),
-         r"Distributed package doesn't have NCCL built in"),
-    _sig("nccl_comm_init_failed", "creating the NCCL communicator failed",
-         ("CommInitRank failed", "comminitrank failed", "commInitRank failed"),
-         r"nccl[Cc]omm[Ii]nit[Rr]ank failed"),
-    _sig("gloo_timeout", "a gloo send/recv timed out", ("Timed out waiting",),
-         r"gloo[^\n]*Timed out waiting (?P<timeout>\S+) for (?P<op>\w+) operation",
-         r"Timed out waiting \S+ for (?:recv|send) operation to complete"),
-    _sig("collective_mismatch", "ranks called different collectives or shapes",
-         ("Detected mismatch between collectives",),
-         r"Detected mismatch between collectives on ranks",
-         fields=(r"Rank (?P<rank>\d+) is running inconsistent collective", r"OpType=(?P<collective>\w+)",
-                 r"TensorShape\s*=\s*(?P<shape>\[[\d, ]*\])")),
-    # --- launch, rendezvous ---
-    _sig("address_in_use", "the master port is already bound",
-         ("Address already in use", "EADDRINUSE", "errno: 98", "errno 98", "server socket has failed to"),
-         r"Address already in use", r"EADDRINUSE", r"errno:? 98\b",
-         r"server socket has failed to (?:listen|bind)[^\n]*?(?:port:? (?P<port>\d+))?",
-         fields=(r"port[: ]+(?P<port>\d{2,5})\b",)),
-    _sig("rendezvous_timeout", "the rendezvous / TCP store timed out waiting for ranks",
-         ("Timed out initializing process group store", "RendezvousTimeoutError", "Timed out after",
-          "client socket has timed out", "Socket Timeout", "RendezvousConnectionError", "ait timeout after"),
-         r"Timed out initializing process group store", r"RendezvousTimeoutError",
-         r"DistStoreError: Timed out after", r"Timed out after \d+ seconds waiting for clients",
-         r"client socket has timed out after", r"Socket Timeout", r"RendezvousConnectionError",
-         r"[Ww]ait timeout after \d+ms, keys:",
-         fields=(r"(?P<joined>\d+)/(?P<expected>\d+) clients joined",)),
-    _sig("connection_refused", "a connection to the store or a peer was refused",
-         ("Connection refused", "ECONNREFUSED", "errno: 111", "errno 111"),
-         r"Connection refused", r"ECONNREFUSED", r"errno:? 111\b"),
-    _sig("child_failed", "torchrun reported a failed child process",
-         ("ChildFailedError", "Root Cause (first observed failure)"),
-         r"ChildFailedError", r"Root Cause \(first observed failure\)"),
-    _sig("sigkill_exit", "a process was killed with SIGKILL (often the host OOM killer)",
-         ("exitcode", "SIGKILL", "exit code", "exit status", "Killed", "oom-kill"),
-         r"exitcode\s*:\s*-9\b", r"\(exitcode: -9\)", r"Signal 9 \(SIGKILL\)", r"Signals\.SIGKILL",
-         r"exit (?:code|status):? (?:-9|137)\b", r"non-zero exit status (?:-9|137)\b",
-         r"Out of memory: Killed process", r"\boom-kill", r"^(?:\S+: )?Killed\s*$",
-         fields=(r"exitcode\s*:?\s*(?P<exitcode>-?\d+)", r"local_rank: (?P<local_rank>\d+)")),
-    _sig("lightning_ddp_init", "Lightning initialised a rank", ("GLOBAL_RANK: ",),
-         r"[Ii]nitializing (?:distributed|ddp): GLOBAL_RANK: (?P<rank>\d+), MEMBER: (?P<member>\d+)/(?P<world_size>\d+)"),
-    _sig("lightning_all_registered", "all ranks registered with Lightning", ("processes registered",),
-         r"All distributed processes registered\. Starting with (?P<world_size>\d+) processes"),
-    _sig("lightning_cuda_visible", "Lightning printed the devices a local rank sees", ("CUDA_VISIBLE_DEVICES: [",),
-         r"LOCAL_RANK: (?P<local_rank>\d+) - CUDA_VISIBLE_DEVICES: \[(?P<devices>[^\]]*)\]"),
-    _sig("interactive_incompatible", "a script launcher strategy was used in a notebook",
-         ("interactive environment",), r"is not compatible with an interactive environment"),
-    _sig("pickle_error", "multiprocessing spawn could not pickle an object",
-         ("Can't pickle", "PicklingError", "Can't get attribute", "cannot pickle"),
-         r"Can't pickle", r"PicklingError", r"Can't get attribute '?\w+'? on <module", r"cannot pickle '"),
-    _sig("torch_extensions_root", "a torch C++ extension (DeepSpeed op) is being built or loaded",
-         ("as PyTorch extensions root",), r"Using (?P<path>\S+) as PyTorch extensions root"),
-    # --- devices and CUDA ---
-    _sig("duplicate_gpu", "two ranks use the same GPU", ("Duplicate GPU detected", "must be unique"),
-         r"Duplicate GPU detected ?: rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)",
-         r"Duplicate GPU detected", r"[Dd]evice ID's \(GPU\) must be unique", r"device ids must be unique"),
-    _sig("device_mismatch", "tensors of one operation live on different devices", ("same device", "buffers on device"),
-         r"Expected all tensors to be on the same device, but found at least two devices, (?P<device_a>[\w:]+) and (?P<device_b>[\w:]+)",
-         r"Expected all tensors to be on the same device",
-         r"to have the same device as tensor for argument",
-         r"module must have its parameters and buffers on device (?P<device_a>[\w:]+) \(device_ids\[0\]\) but found one of them on device: (?P<device_b>[\w:]+)",
-         r"Input and parameter tensors are not at the same device"),
-    _sig("ddp_multi_device_module", "DDP was given a model spread over several GPUs",
-         ("device_ids and output_device arguments",),
-         r"device_ids and output_device arguments only work with single-device"),
-    _sig("quantized_wrong_device", "a 4/8-bit model is trained on another device than it was loaded on",
-         ("precision on a different device",),
-         r"loaded in (?:8-bit|4-bit|8-bit or 4-bit) precision on a different device"),
-    _sig("cuda_oom", "CUDA ran out of memory", ("CUDA out of memory", "OutOfMemoryError: CUDA", "CUDA error: out of memory"),
-         r"CUDA out of memory", r"OutOfMemoryError: CUDA", r"CUDA error: out of memory",
-         fields=(r"Tried to allocate (?P<requested>" + _SIZE + ")",
-                 r"GPU (?P<device>\d+)(?:;| has a total capaci?ty)",
-                 r"(?P<total>" + _SIZE + r") total capacity",
-                 r"total capaci?ty of (?P<total>" + _SIZE + ")")),
-    _sig("cuda_fork_reinit", "CUDA was initialised before a fork", ("Cannot re-initialize CUDA",),
-         r"Cannot re-initialize CUDA in forked subprocess"),
-    _sig("cuda_invalid_device_ordinal", "a process asked for a GPU it cannot see", ("invalid device ordinal",),
-         r"invalid device ordinal"),
-    _sig("cuda_no_kernel_image", "torch has no kernels for this GPU", ("no kernel image is available",),
-         r"no kernel image is available for execution on the device"),
-    _sig("cuda_arch_incompatible", "the GPU's architecture is not in the torch build", ("with CUDA capability sm_",),
-         r"(?:(?:^|: )(?P<gpu>[^:\n]+?) )?with CUDA capability (?P<arch>sm_\d+) is not compatible with the current PyTorch"),
-    _sig("cuda_driver_too_old", "the NVIDIA driver is too old for torch's CUDA",
-         ("driver on your system is too old", "driver version is insufficient"),
-         r"NVIDIA driver on your system is too old", r"driver version is insufficient for CUDA runtime version"),
-    _sig("torch_not_compiled_with_cuda", "a CPU-only torch build", ("not compiled with CUDA enabled",),
-         r"Torch not compiled with CUDA enabled"),
-    _sig("no_cuda_gpus", "torch sees no CUDA device (CPU build, no driver, or none visible)",
-         ("No CUDA GPUs are available", "machine only has: []", "Found no NVIDIA driver"),
-         r"No CUDA GPUs are available", r"machine only has: \[\]", r"Found no NVIDIA driver on your system"),
-    _sig("cuda_error", "a CUDA runtime error", ("CUDA error: ", "cuda runtime error ("),
-         r"CUDA error: (?P<error>[^\n]+)", r"cuda runtime error \(\d+\) : (?P<error>[^\n]+)"),
-    # --- DDP ---
-    _sig("ddp_unused_parameters", "DDP parameters that received no gradient",
-         ("finished reduction in the prior iteration", "did not receive grad", "find_unused_parameters=True"),
-         r"Expected to have finished reduction in the prior iteration",
-         r"did not receive grad for rank (?P<rank>\d+): (?P<indices>[\d, ]+)",
-         r"find_unused_parameters=True[^\n]*(?:unused|did not)"),
-    _sig("ddp_param_shape_mismatch", "the model differs across ranks at DDP construction",
-         ("same model across all ranks", "appears not to match", "in this process with sizes"),
-         r"DDP expects same model across all ranks",
-         r"appears not to match (?:sizes|strides) of the same param in process",
-         r"params\[\d+\] in this process with sizes"),
-    _sig("ddp_verify_params", "a frame in DDP's cross-rank model check", ("_verify_param",),
-         r"_verify_param(?:s|_shape)_across_processes"),
-    # --- data loading, host memory ---
-    _sig("shm_bus_error", "a DataLoader worker died of a bus error (shared memory exhausted)",
-         ("killed by signal: Bus error", "insufficient shared memory", "bus error encountered in worker"),
-         r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: Bus error",
-         r"insufficient shared memory \(shm\)", r"Unexpected bus error encountered in worker"),
-    _sig("shm_no_space", "writing a tensor to shared memory failed",
-         ("unable to write to file </torch_", "No space left on device"),
-         r"unable to write to file </torch_", r"/dev/shm[^\n]*No space left on device",
-         r"No space left on device[^\n]*/dev/shm"),
-    _sig("dataloader_worker_died", "a DataLoader worker exited unexpectedly", ("DataLoader worker (pid",),
-         r"DataLoader worker \(pid(?:\(s\)|s)?\s*[\d, ]+\) (?:exited unexpectedly|is killed by signal: (?!Bus error))"),
-    # --- packages ---
-    _sig("lightning_mixed_packages", "objects from `lightning` and `pytorch_lightning` mixed",
-         ("with a model from", "must be a `LightningModule`"),
-         r"from `?pytorch_lightning`? with a model from `?lightning",
-         r"`model` must be a `LightningModule`(?: or `torch\._dynamo\.OptimizedModule`)?, got `"),
-    _sig("python_exception", "a Python exception line", ("Error", "Exception", "Interrupt"),
-         r"^\s*(?:\[[^\]]*\]:?\s*)?(?P<type>(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt))(?::\s*(?P<message>[^\n]*)|\s*$)"),
-]
-
-SIGNATURES: dict[str, SignatureDef] = {d.id: d for d in _DEFS}
-# Emitted by the reader itself from what several lines say together, not by a pattern.
-SIGNATURES["duplicate_global_rank"] = SignatureDef(
-    "duplicate_global_rank", "two ranks report the same GLOBAL_RANK", (), ()
-)
-
-# Words that make a line worth keeping in a long log even without a signature.
+# Lowercase words that make a line worth keeping in a long log even without a signature.
 _RELEVANT_WORDS = (
-    "error", "Error", "ERROR", "warn", "Warn", "WARN", "xception", "Traceback", "fatal", "Fatal", "FATAL",
-    "Killed", "killed", "timed out", "Timed out", "timeout", "Timeout", "TIMEOUT", "failed", "Failed",
-    "FAILED", "failure", "Failure", "abort", "Abort", "ABORT", "Segmentation fault", "core dumped",
-    "deadlock",
-)
+    "error", "warn", "xception", "traceback", "fatal", "killed", "timed out", "timeout", "failed",
+    "failure", "abort", "segmentation fault", "core dumped", "deadlock",
+)  # fmt: skip
 # Lines the reader needs for its own state, signature or not.
-_STATE_WORDS = ("Traceback (most recent call last)", "local_rank", "Root Cause")
-_ANCHORS = sorted({a for d in _DEFS for a in d.anchors} | set(_RELEVANT_WORDS) | set(_STATE_WORDS))
-# Short keys, one of which every anchor contains: the first pass looks for these in whole
-# blocks. Its cost grows with how many text positions hold a character some key starts
-# with, so keys start with characters that are rare in logs (x, v, k, _, capitals) or
-# share the few common ones (r, m, d, f); and NCCL's INFO chatter passes unless it says more.
-_KEYS = (
-    "rror", "RROR", "rrno", "receive", "rocess", "warn", "Warn", "WARN", "watchdog", "Watchdog", "xception",
-    "xit", "xtensions", "Interrupt", "InvalidUsage", "Traceback", "fatal", "Fatal", "FATAL", "fail", "Fail",
-    "FAIL", "fused", "killed", "Killed", "KILL", "kernel image", "med out", "meout", "MEOUT", "m-kill",
-    "memory", "match", "model", "bort", "BORT", "bv_", "Segmentation", "dumped", "deadlock", "driver",
-    "duction", "CUDA", "NCCL WARN", "NCCL error", "NCCL Error", "NCCL version", "NCCL operations",
-    "NCCL built", "NET/", "No space", "No usable", "via ", "vice", "vironment", "/dev/shm",
-    "cket", "Got completion", "ADDRINUSE", "Address already", "REFUSED", "Root Cause", "_rank", "_RANK",
-    "_unused", "_verify_param", "pickle", "'t get", "Duplicate", "DataLoader", "unique", "usage", "</torch_",
-    "LightningModule", "No CUDA", "machine only", "Found no",
-)
-_PREFILTER = re.compile(_alternation(_KEYS))
-_ANCHORS_BY_KEY = {k: tuple(a for a in _ANCHORS if k in a) for k in _KEYS}
-# anchor -> the signatures to try (indices into _DEFS) and whether it makes a line relevant
-_BY_ANCHOR: dict[str, tuple[tuple[int, ...], bool]] = {
-    a: (
-        tuple(i for i, d in enumerate(_DEFS) if a in d.anchors),
-        a in _RELEVANT_WORDS,
-    )
-    for a in _ANCHORS
-}
+_STATE_WORDS = ("traceback (most recent call last)", "local_rank", "root cause")
+
+
+class _Matcher:
+    """What the reader looks for in lowercased text: every literal of the catalog's signatures,
+    the relevant words, its own state words and the caller's ``keep`` literals (lines a rule's
+    log pattern may match), as one prefilter that finds candidate lines in whole blocks."""
+
+    def __init__(self, catalog: Catalog, keep: frozenset[str]):
+        self.catalog = catalog
+        by_literal = catalog.by_literal
+        literals = set(by_literal) | set(_RELEVANT_WORDS) | set(_STATE_WORDS) | keep
+        relevant = set(_RELEVANT_WORDS) | keep
+        words = tuple(sorted(literals))
+        self.block = re.compile(_alternation(words))
+        # every literal starting at each position (a lookahead): overlapping literals all count
+        self.each = re.compile("(?=(" + _alternation(words) + "))")
+        # a literal found at a position also implies each shorter literal it starts with
+        self.implied: dict[str, tuple[tuple[SignatureDef, ...], bool]] = {}
+        for word in words:
+            prefixes = [w for w in words if word.startswith(w)]
+            sigs = tuple({s.id: s for w in prefixes for s in by_literal.get(w, ())}.values())
+            self.implied[word] = (sigs, any(w in relevant for w in prefixes))
+
+    def candidates(self, lowered: str) -> tuple[list[SignatureDef], bool]:
+        """The signatures a line may match, in catalog order, and whether it is relevant."""
+        found: dict[str, SignatureDef] = {}
+        relevant = False
+        for m in self.each.finditer(lowered):
+            sigs, makes_relevant = self.implied[m.group(1)]
+            relevant = relevant or makes_relevant
+            for sig in sigs:
+                found.setdefault(sig.id, sig)
+        order = self.catalog.order
+        return sorted(found.values(), key=lambda s: order[s.id]), relevant
+
+
+@functools.cache
+def _matcher(keep: frozenset[str] = frozenset()) -> _Matcher:
+    return _Matcher(shipped(), keep)
+
+
+def known_signatures() -> dict[str, str]:
+    """Every signature id the reader can emit -> what it means."""
+    return {**{s.id: s.description for s in shipped().signatures.values()}, **READER_SIGNATURES}
+
 
 # a paste's own line numbers ("[80746] ") may stand before a launcher prefix
 _RANK_PREFIX = re.compile(
@@ -491,8 +292,9 @@ class _State:
 
 
 class _Reader:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, matcher: _Matcher) -> None:
         self.s = _State(name)
+        self.matcher = matcher
 
     # --- per line ---------------------------------------------------------------------------
 
@@ -545,13 +347,7 @@ class _Reader:
     def _examine(self, no: int, text: str) -> bool:
         """Find signatures on one line and update rank state; True if the line is relevant."""
         s = self.s
-        candidates: set[int] = set()
-        relevant = False
-        anchors = {a for k in _KEYS if k in text for a in _ANCHORS_BY_KEY[k] if a in text}
-        for anchor in anchors:
-            indices, makes_relevant = _BY_ANCHOR[anchor]
-            candidates.update(indices)
-            relevant = relevant or makes_relevant
+        candidates, relevant = self.matcher.candidates(text.lower())
         rank, local = self._rank(text)
         summary = _SUMMARY_RANK.match(text) if "local_rank" in text else None
         if "Root Cause" in text and _ROOT_CAUSE.search(text):
@@ -565,14 +361,13 @@ class _Reader:
                                 {"first_failing_rank": summary.group("rank"), "local_rank": summary.group("local")})
         elif rank is None and no - s.summary_line <= _SUMMARY_SPAN:
             rank = s.summary_rank
-        for index in sorted(candidates):
-            sig = _DEFS[index]
+        for sig in candidates:
             data = sig.match(text)
             if data is None:
                 continue
             relevant = True
             sig_rank = rank
-            if sig.id in ("collective_mismatch", "ddp_unused_parameters", "lightning_ddp_init") and "rank" in data:
+            if "rank" in data:  # the line names the rank it is about
                 sig_rank = int(data.pop("rank"))
             if local is not None:
                 data.setdefault("local_rank", str(local))
@@ -604,7 +399,7 @@ class _Reader:
                 )
         keep: set[int] = set()
         i = 0
-        for idx in _hits(block):
+        for idx in _hits(block.lower(), self.matcher.block):
             # lines continuing a traceback, or the context after a relevant line
             while i < idx and (s.after_left > 0 or s.traceback_left > 0):
                 self._continue(i, lines, keep)
@@ -659,12 +454,12 @@ class _Reader:
         return Log(source="log", sources=[s.name], lines_read=s.lines_read, lines=lines, signatures=s.signatures)
 
 
-def _hits(block: str) -> list[int]:
+def _hits(block: str, prefilter: re.Pattern[str]) -> list[int]:
     """Indices of the lines the prefilter flags, found by scanning the block, one hit a line."""
     hits: list[int] = []
     line = 0
     pos = 0
-    search = _PREFILTER.search
+    search = prefilter.search
     count = block.count
     find = block.find
     while True:
@@ -820,15 +615,16 @@ def _blocks(texts: Iterator[str], name: str) -> Iterator[str]:
         yield pending
 
 
-def read_log(source: Any, name: str = "log") -> Log:
+def read_log(source: Any, name: str = "log", keep: Iterable[str] = ()) -> Log:
     """Read a log from a path (``-`` is stdin), a file object (text or binary) or an
     iterable of lines; never raises on content, only ``LogError`` for unreadable or
-    binary input."""
-    reader = _Reader(name)
+    binary input. ``keep``: lowercase literals whose lines a long log retains too (the
+    literals of the rules' log patterns, so a rule fires the same on a short and a long log)."""
+    reader = _Reader(name, _matcher(frozenset(k.lower() for k in keep)))
     for block in _blocks(_texts(source, name), name):
         reader.feed(block)
     return reader.finish()
 
 
-def log_from_text(text: str, name: str = "log") -> Log:
-    return read_log(io.StringIO(text), name)
+def log_from_text(text: str, name: str = "log", keep: Iterable[str] = ()) -> Log:
+    return read_log(io.StringIO(text), name, keep)

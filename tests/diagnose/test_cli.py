@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from diagnose.cli import Exit, main
+from diagnose.report import REPORT_SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = ROOT / "tests" / "fixtures" / "snapshots"
@@ -33,7 +34,7 @@ def test_json_from_snapshot_exit_1_on_error_finding():
     proc = run("--json", "--from", str(SNAPSHOTS / "devices_duplicate-gpu.json"))
     assert proc.returncode == Exit.FINDINGS, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["schema_version"] == "1.0"
+    assert report["schema_version"] == REPORT_SCHEMA_VERSION
     assert report["summary"]["top"] == "devices.duplicate-gpu"
     assert proc.stderr == ""
 

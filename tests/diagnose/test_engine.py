@@ -20,6 +20,7 @@ def rule(rule_id: str = "t.rule", *, when=(), evidence, min_score: float = 1, se
             "id": rule_id,
             "title": rule_id,
             "severity": severity,
+            "explains": ["crash.nccl"],
             "when": list(when),
             "evidence": list(evidence),
             "min_score": min_score,

@@ -24,6 +24,7 @@ references: [https://example.org/issue/1]
 examples:
   - {expect: match, facts: {gpus: {count: 2}}}
   - {expect: no-match, facts: {gpus: {count: 1}}}
+explains: [crash.nccl]
 """
 
 
@@ -88,9 +89,9 @@ def test_duplicate_id_via_alias(tmp_path):
 
 
 def test_unknown_signature_suggests(tmp_path):
-    from probes.log import SIGNATURES
+    from probes.log import known_signatures
 
-    known = sorted(SIGNATURES)[0]
+    known = sorted(known_signatures())[0]
     write(tmp_path, "area/good.yaml", GOOD.replace("{log: 'NCCL WARN', weight: 3}", f"{{signature: {known}x, weight: 3}}"))
     assert f"did you mean '{known}'" in problems(tmp_path)[0]
 

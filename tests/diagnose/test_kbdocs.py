@@ -29,6 +29,7 @@ def _rule(**over) -> Rule:
         "id": "demo.pipes",
         "title": "A demo rule",
         "severity": "warning",
+        "explains": ["crash.nccl"],
         "evidence": [{"log": "a|b `tick`", "weight": 6, "label": "x | y"}],
         "explain": "Why.",
         "fix": [{"title": "Do it", "kind": "shell", "language": "bash", "snippet": "echo {{ nproc }}\n"}],

@@ -13,70 +13,10 @@ from hypothesis import strategies as st
 
 from probes import log as logmod
 from probes.facts import Log
-from probes.log import SIGNATURES, LogError, log_from_text, read_log
+from probes.log import LogError, known_signatures, log_from_text, read_log
+from probes.signatures import shipped
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
-
-# One real-looking line per signature: every published id must have one, and the line must
-# survive the cheap block prefilter, or the reader would never look at it.
-SAMPLES = {
-    "nccl_error": "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:784, unhandled system error, NCCL version 2.7.8",
-    "nccl_unhandled_system_error": "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
-    "nccl_unhandled_cuda_error": "RuntimeError: NCCL Error 1: unhandled cuda error",
-    "nccl_invalid_usage": "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
-    "nccl_internal_error": "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, internal error, NCCL version 2.7.8",
-    "nccl_remote_error": "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
-    "nccl_warn": "node1:1234:1290 [0] transport/net_ib.cc:123 NCCL WARN NET/IB : Got completion with error 12",
-    "nccl_cuda_failure": "4d1a2ae696c8:50555:50555 [0] NCCL WARN Cuda failure 'named symbol not found'",
-    "nccl_shm_error": "Error while creating shared memory segment /dev/shm/nccl-1YsMbG (size 7340384)",
-    "nccl_socket_error": "include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol",
-    "nccl_ib_error": "node1:1234:1290 [0] transport/net_ib.cc:123 NCCL WARN NET/IB : Got completion with error 12",
-    "nccl_ibverbs_missing": "host:15833:15833 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
-    "nccl_transport": "104-171-200-210:62236:62931 [1] NCCL INFO Ring 00 : 1[1] -> 0[0] via P2P/IPC",
-    "nccl_env": "4d1a2ae696c8:50555:50719 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to LOC",
-    "nccl_version": "NCCL version 2.14.3+cuda11.8",
-    "nccl_async_teardown": "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels",
-    "nccl_watchdog_timeout": "[E ProcessGroupNCCL.cpp:587] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000) ran for 1802157 milliseconds before timing out.",
-    "nccl_heartbeat_timeout": "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info.",
-    "nccl_not_built": "RuntimeError: Distributed package doesn't have NCCL built in",
-    "nccl_comm_init_failed": "ncclCommInitRank failed: invalid usage",
-    "gloo_timeout": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
-    "collective_mismatch": "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running inconsistent collective: CollectiveFingerPrint(OpType=ALLGATHER, TensorShape=[41, 256])",
-    "address_in_use": "RuntimeError: Address already in use",
-    "rendezvous_timeout": "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
-    "connection_refused": "RuntimeError: Connection refused",
-    "child_failed": "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
-    "sigkill_exit": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3 (pid: 812917) of binary: /usr/bin/python",
-    "lightning_ddp_init": "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2",
-    "lightning_all_registered": "All distributed processes registered. Starting with 2 processes",
-    "lightning_cuda_visible": "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1,2,3]",
-    "interactive_incompatible": "MisconfigurationException: `Trainer(strategy='ddp')` is not compatible with an interactive environment.",
-    "pickle_error": "_pickle.PicklingError: Can't pickle <function <lambda> at 0x7f>: attribute lookup <lambda> on __main__ failed",
-    "torch_extensions_root": "Using /root/.cache/torch_extensions/py310_cu118 as PyTorch extensions root...",
-    "duplicate_gpu": "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 10",
-    "duplicate_global_rank": None,  # emitted from two lightning_ddp_init lines, tested below
-    "device_mismatch": "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0!",
-    "ddp_multi_device_module": "ValueError: DistributedDataParallel device_ids and output_device arguments only work with single-device/multiple-device GPU modules or CPU modules",
-    "quantized_wrong_device": "ValueError: You can't train a model that has been loaded in 8-bit precision on a different device than the one you're training on.",
-    "cuda_oom": "RuntimeError: CUDA out of memory. Tried to allocate 2.87 GiB (GPU 0; 14.76 GiB total capacity; 8.77 GiB already allocated)",
-    "cuda_fork_reinit": "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method",
-    "cuda_invalid_device_ordinal": "RuntimeError: CUDA error: invalid device ordinal",
-    "cuda_no_kernel_image": "RuntimeError: CUDA error: no kernel image is available for execution on the device",
-    "cuda_arch_incompatible": "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
-    "cuda_driver_too_old": "AssertionError: The NVIDIA driver on your system is too old (found version 10010).",
-    "torch_not_compiled_with_cuda": 'AssertionError: Torch not compiled with CUDA enabled',
-    "no_cuda_gpus": " But your machine only has: []",
-    "cuda_error": "RuntimeError: CUDA error: an illegal memory access was encountered",
-    "ddp_unused_parameters": "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.",
-    "ddp_param_shape_mismatch": "RuntimeError: DDP expects same model across all ranks, but Rank 0 has 2 params, while rank 1 has inconsistent 1 params.",
-    "ddp_verify_params": "    _verify_param_shape_across_processes(self.process_group, parameters)",
-    "shm_bus_error": 'RuntimeError: DataLoader worker (pid 13) is killed by signal: Bus error.',
-    "shm_no_space": "RuntimeError: unable to write to file </torch_18692_1954506624>: No space left on device (28)",
-    "dataloader_worker_died": "RuntimeError: DataLoader worker (pid(s) 1234) exited unexpectedly",
-    "lightning_mixed_packages": "TypeError: `model` must be a `LightningModule` or `torch._dynamo.OptimizedModule`, got `MyModel`",
-    "python_exception": "ValueError: bad value",
-}
-
 
 def fixture(name: str) -> Log:
     return read_log(FIXTURES / name, name)
@@ -86,23 +26,27 @@ def sigs(log: Log, sig_id: str):
     return [s for s in log.signatures if s.id == sig_id]
 
 
-def test_every_signature_has_a_sample_and_the_docstring_lists_it():
-    assert set(SAMPLES) == set(SIGNATURES)
-    for sig_id in SIGNATURES:
-        assert re.fullmatch(r"[a-z][a-z0-9_]*", sig_id)
-        assert re.search(rf"^\s+{sig_id}\s", logmod.__doc__, re.MULTILINE), f"{sig_id} undocumented"
+CATALOG = shipped()
+EXAMPLES = [(sig.id, kind, i, line) for sig in CATALOG.signatures.values()
+            for kind, lines in (("match", sig.examples.match), ("no_match", sig.examples.no_match))
+            for i, line in enumerate(lines)]
 
 
-def test_every_anchor_holds_a_prefilter_key():
-    assert [a for a in logmod._ANCHORS if not any(k in a for k in logmod._KEYS)] == []
+@pytest.mark.parametrize("sig_id,kind,i,line", EXAMPLES, ids=[f"{e[0]}::{e[1]}{e[2]}" for e in EXAMPLES])
+def test_signature_examples(sig_id, kind, i, line):
+    """Every catalogued example line is recognised (or not) by the reader, as its data says."""
+    found = sig_id in log_from_text(line).signature_ids
+    assert found == (kind == "match"), f"{sig_id}: {kind} example {i}: {line!r}"
 
 
-@pytest.mark.parametrize("sig_id", [k for k, v in SAMPLES.items() if v])
-def test_sample_line_gives_its_signature(sig_id):
-    line = SAMPLES[sig_id]
-    assert any(a in line for a in SIGNATURES[sig_id].anchors), "no anchor: the reader would never try it"
-    assert logmod._PREFILTER.search(line), "the prefilter would skip this line"
-    assert sig_id in log_from_text(line).signature_ids
+@pytest.mark.parametrize("sig_id", sorted(CATALOG.signatures))
+def test_signature_found_on_a_long_log(sig_id):
+    """A signature's line in the middle of a log far past the short-log size is still found."""
+    line = CATALOG.signatures[sig_id].examples.match[0]
+    noise = ["Epoch 1: 40%|####      | 400/1000 [00:10<00:15, loss=0.5]"] * (logmod.SHORT_LOG_LINES + 500)
+    log = read_log(iter([*noise, line, *noise]))
+    assert sig_id in log.signature_ids
+    assert any(line.strip()[:80] in kept.text for kept in log.lines), "the line itself is retained"
 
 
 def test_unrelated_lines_give_no_signature():
@@ -289,7 +233,7 @@ def test_a_huge_line_without_newlines_is_cut():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from([v for v in SAMPLES.values() if v]), st.text(max_size=120)),
+@given(st.lists(st.one_of(st.sampled_from([e[3] for e in EXAMPLES if e[1] == "match"]), st.text(max_size=120)),
                 max_size=60))
 def test_fuzz_text_never_raises(lines):
     try:
@@ -298,7 +242,7 @@ def test_fuzz_text_never_raises(lines):
         assert str(exc).startswith("log: not a text log")
         return
     Log.model_validate(log.model_dump())
-    assert all(s.id in SIGNATURES for s in log.signatures)
+    assert all(s.id in known_signatures() for s in log.signatures)
 
 
 @settings(max_examples=200, deadline=None)

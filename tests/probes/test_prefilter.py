@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.kb import load_kb
-from diagnose.prefilter import required_literals
+from probes.prefilter import required_literals
 from diagnose.rules import LogCheck
 
 

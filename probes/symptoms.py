@@ -1,0 +1,46 @@
+"""Symptoms: what happened, named from the facts before any cause is weighed.
+
+``observe(facts)`` returns each symptom of the closed vocabulary (``kb/symptoms.yaml``) that
+the facts show, with what showed it: a log signature (each signature lists its symptoms in
+``kb/signatures/``), where the ranks of a hung job wait, or a micro-test that timed out. It is
+a pure function of the facts, so a saved snapshot shows the same symptoms when read again.
+"""
+
+from __future__ import annotations
+
+from probes.facts import Facts
+from probes.signatures import shipped
+
+# where a hung rank waits (probes.hang's waiting_in) -> the symptom: before training starts,
+# or in a collective
+_INIT_WAITS = {"rendezvous", "init_process_group", "load", "verify_params"}
+_HANG_TIMEOUT_TESTS = {"rendezvous": "hang.init", "barrier": "hang.collective", "all_reduce": "hang.collective"}
+
+
+def observe(facts: Facts) -> dict[str, list[str]]:
+    """Symptom id -> what showed it (``log ID``, ``stack in PLACE``, ``micro-test NAME timed out``)."""
+    seen: dict[str, list[str]] = {}
+
+    def add(symptom: str, source: str) -> None:
+        sources = seen.setdefault(symptom, [])
+        if source not in sources:
+            sources.append(source)
+
+    catalog = shipped().signatures
+    for sig in facts.log.signatures or ():
+        definition = catalog.get(sig.id)
+        for symptom in definition.symptoms if definition else ():
+            add(symptom, f"log {sig.id}")
+    hang = facts.hang
+    if hang.detected and hang.ranks:
+        places = {r.waiting_in or "unknown" for r in hang.ranks}
+        symptom = "hang.init" if places <= _INIT_WAITS else "hang.collective"
+        for place in sorted(places):
+            add(symptom, f"stack in {place}")
+    elif hang.detected:
+        add("hang", "no progress")
+    for name, symptom in _HANG_TIMEOUT_TESTS.items():
+        test = getattr(facts.microtests, name)
+        if test is not None and test.status == "timed_out":
+            add(symptom, f"micro-test {name} timed out")
+    return seen
