@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import jinja2
 from packaging.version import InvalidVersion, Version
 
 from diagnose import __version__
@@ -36,6 +35,7 @@ from diagnose.rules import (
     Rule,
     SignatureCheck,
 )
+from diagnose.templates import render_fix
 from probes.facts import Facts
 from probes.signatures import shipped as shipped_catalog
 from probes.symptoms import observe
@@ -281,11 +281,8 @@ def render_context(facts: Facts) -> dict[str, Any]:
 def render_fixes(rule: Rule, context: dict[str, Any]) -> list[RenderedFix]:
     fixes = []
     for fix in rule.fix:
-        try:
-            snippet = fix.template.render(context)
-        except jinja2.TemplateError as exc:
-            # a template that cannot render on these facts still shows its source
-            snippet = f"{fix.snippet}\n# (could not fill in from the facts: {exc})"
+        # a template that cannot render on these facts still shows its source, with why
+        snippet = render_fix(fix.snippet, fix.template, context)
         fixes.append(RenderedFix(title=fix.title, kind=fix.kind, language=fix.language, snippet=snippet))
     return fixes
 

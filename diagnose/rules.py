@@ -12,7 +12,6 @@ from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 import jinja2
-from jinja2.sandbox import SandboxedEnvironment
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     AfterValidator,
@@ -26,14 +25,11 @@ from pydantic import (
 )
 
 from diagnose.paths import UnknownPath, check_path
+from diagnose.templates import TEMPLATES
 from probes.prefilter import required_literals
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-
-TEMPLATES = SandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
-)
 
 
 class _Strict(BaseModel):
