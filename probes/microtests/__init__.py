@@ -1,12 +1,15 @@
 """Micro-tests: real ranks, real ``torch.distributed``, each under a hard deadline.
 
 ``run_microtests(names=None, *, nproc=None, backend=None, timeout=60.0, strategy="ddp",
-progress=None) -> Facts.microtests``. Each test starts its ranks as separate processes
-(``python -m probes.microtests.worker``, the same interpreter) that rendezvous through a TCP
-store on 127.0.0.1 on a free port: NCCL on CUDA devices where the torch build and a GPU allow,
-gloo on CPU otherwise. A watchdog kills the whole process tree when the deadline passes or one
-rank has failed, and reports where each rank got to. Importing this package does not import
-torch; only the ranks do.
+progress=None) -> Facts.microtests``. The ranks are separate processes (``python -m
+probes.microtests.worker``, the same interpreter) that rendezvous through a TCP store on
+127.0.0.1 on a free port: NCCL on CUDA devices where the torch build and a GPU allow, gloo on
+CPU otherwise. The tests that use the same ranks run as the steps of one launch, which imports
+torch once; each step has its own deadline (``timeout``) and its own result. A watchdog kills
+the whole process tree when a step's deadline passes or one rank has failed, and reports where
+each rank got to; the steps after a failed one run in a new launch. Two ranks sharing one GPU,
+Lightning's ddp_spawn and the NCCL variants below get launches of their own. Importing this
+package does not import torch; only the ranks do.
 
 ``progress(test, state, detail)`` is called with state ``running`` (also once per variant,
 detail ``variant NAME``), then ``passed``, ``failed``, ``timed_out`` or ``skipped`` (detail: a

@@ -8,6 +8,10 @@ Events: ``{"step": name}`` (the rank is entering that step), ``{"measure": {...}
 ``{"check_failed": text}`` (a wrong result; the rank carries on so collectives stay matched),
 ``{"error": text, "timeout": bool, "missing": [ranks]}`` (the exception that ended the rank)
 and ``{"done": true}``.
+
+The other way, before a group of ranks starts its steps: each process answers with what it
+found (``answers/<index>.json``) and the parent replies with ``plan.json``. Both are written
+whole and renamed into place, so a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -18,9 +22,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+PLAN = "plan.json"
+
 
 def channel_path(directory: str | Path, rank: int | str) -> Path:
     return Path(directory) / f"rank{rank}.jsonl"
+
+
+def answer_path(directory: str | Path, index: int) -> Path:
+    return Path(directory) / "answers" / f"{index}.json"
+
+
+def write_whole(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value), encoding="utf-8")
+    partial.replace(path)
+
+
+def read_whole(path: Path) -> Any | None:
+    """The JSON document at ``path``, or None while it is not there yet."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
 
 
 class Channel:

@@ -39,7 +39,6 @@ class Context:
     test: str
     rank: int | None
     world_size: int
-    local_rank: int | None
     device: str
     backend: str
     port: int

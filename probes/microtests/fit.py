@@ -1,14 +1,15 @@
 """The lightning_fit micro-test: a tiny LightningModule fit for a few steps with a strategy.
 
 Only rank processes import this module (it imports Lightning at the top, so the module class
-can be pickled by the ddp_spawn launcher). With ddp, fsdp and deepspeed the parent starts one
-process per rank with ``LOCAL_RANK`` set, as torchrun would; with ddp_spawn it starts one
-process and Lightning spawns the ranks, as ``python train.py`` would.
+can be pickled by the ddp_spawn launcher). With ddp, fsdp and deepspeed each rank sets
+``LOCAL_RANK`` as torchrun would; with ddp_spawn one process fits and Lightning spawns the
+ranks, as ``python train.py`` would.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import torch
@@ -77,7 +78,16 @@ def _strategy(ctx: Context):
     raise ValueError(f"unknown strategy {ctx.strategy!r}")
 
 
+def _as_launched(ctx: Context) -> None:
+    """Set the variables a launcher would have: a group's ranks were started before the plan."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ctx.port), NODE_RANK="0")
+    if ctx.rank is not None:
+        # Lightning reads LOCAL_RANK as the sign that a launcher (torchrun) made the ranks.
+        os.environ["LOCAL_RANK"] = str(ctx.rank)
+
+
 def fit(ctx: Context) -> None:
+    _as_launched(ctx)
     ctx.channel.step("trainer")
     trainer = pl.Trainer(
         accelerator="gpu" if ctx.cuda else "cpu",

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from probes.facts import MicroTest, MicroTests
 from probes.microtests.channel import RankReport, read_report
 from probes.microtests.checks import SIZES, size_label
-from probes.microtests.watchdog import Launch, Watched, supervise, who
+from probes.microtests.group import GroupPlan, Run, Step, run_group
+from probes.microtests.watchdog import Launch, supervise, who
 from probes.microtests.worker import classify
 
 TEST_NAMES = ("rendezvous", "barrier", "all_reduce", "placement", "duplicate_gpu", "lightning_fit")
@@ -39,6 +38,9 @@ _LAUNCHER_VARS = re.compile(
 _ERROR_LINE = re.compile(r"Error\b|error:|Fatal Python error")
 _CPP_TRACE = re.compile(r"\s*Exception raised from .*", re.DOTALL)
 _MAX_ERROR = 600
+# Importing torch from a cold disk can take this long on its own: the ranks get at least this
+# long to say what they found, whatever the tests' own deadline.
+ANSWER_LIMIT_S = 30.0
 
 Progress = Callable[[str, str, "str | None"], None]
 
@@ -54,22 +56,6 @@ class Setup:
     skip_all: str | None = None
 
 
-@dataclass
-class Run:
-    """One execution of a test: how its processes ended and what each rank wrote."""
-
-    watched: Watched
-    reports: dict[int, RankReport]
-    launcher: RankReport | None
-    nproc: int
-    backend: str
-    timeout: float
-    extra: dict = field(default_factory=dict)
-
-    def exit_of(self, rank: int):
-        return self.watched.exits.get(rank) or self.watched.exits.get("launcher")
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -81,20 +67,6 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROBES_ROOT), env.get("PYTHONPATH")) if p)
     env.update(extra or {})
     return env
-
-
-def _query(timeout: float) -> dict:
-    argv = [sys.executable, "-m", "probes.microtests.worker", "--query"]
-    limit = max(timeout, 30.0)  # a cold import of torch can take this long on its own
-    try:
-        done = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        return {"query_error": f"inspecting torch in {sys.executable} took over {limit:g} s"}
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"query_error": f"inspecting torch in {sys.executable} failed: {tail}"}
 
 
 def plan(info: dict, nproc: int | None, backend: str | None) -> Setup:
@@ -171,20 +143,18 @@ def launches(
         "--deadline", repr(deadline), "--out", work, "--parent-pid", str(os.getpid()),
         "--strategy", strategy, "--mode", "shared" if shared else "distinct",
     ]  # fmt: skip
-    extra = dict(extra_env or {})
-    if name == "lightning_fit":
-        extra.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK="0")
+    env = child_env(extra_env)
     if spawn:
         device = "cuda" if backend == "nccl" else "cpu"
-        return [Launch("launcher", [*base, "--device", device], child_env(extra))]
-    out = []
-    for rank in range(nproc):
-        # Lightning reads LOCAL_RANK as the sign that a launcher (torchrun) made the ranks.
-        env = child_env({**extra, "LOCAL_RANK": str(rank)} if name == "lightning_fit" else extra)
-        device = _device(name, rank, backend, setup, shared)
-        argv = [*base, "--rank", str(rank), "--local-rank", str(rank), "--device", device]
-        out.append(Launch(rank, argv, env))
-    return out
+        return [Launch("launcher", [*base, "--device", device], env)]
+    return [
+        Launch(
+            rank,
+            [*base, "--rank", str(rank), "--device", _device(name, rank, backend, setup, shared)],
+            env,
+        )
+        for rank in range(nproc)
+    ]
 
 
 def execute(
@@ -196,11 +166,8 @@ def execute(
     strategy: str = "ddp",
     extra_env: dict[str, str] | None = None,
 ) -> Run:
-    """Start the ranks of one test, supervise them, and collect what they reported.
-
-    The free port is closed again before rank 0 listens on it; if another process takes it in
-    between, that says nothing about this machine's training, so the test runs once more.
-    """
+    """Start the ranks of one test, supervise them, and collect what they reported (a port
+    another process took in the meantime: once more)."""
     nproc, shared, spawn = layout(name, setup, strategy)
     for attempt in range(2):
         with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
@@ -217,11 +184,18 @@ def execute(
             watched = supervise(planned, Path(work), timeout)
             reports = {rank: read_report(work, rank) for rank in range(nproc)}
             launcher = read_report(work, "launcher") if spawn else None
-        errors = " ".join(r.error or "" for r in [*reports.values(), launcher] if r)
-        if attempt or rendezvous_error_kind(errors) != "address_in_use":
-            break
-    extra = {"shared": shared, "strategy": strategy}
-    return Run(watched, reports, launcher, nproc, backend, timeout, extra)
+        extra = {"shared": shared, "strategy": strategy}
+        run = Run(watched, reports, launcher, nproc, backend, timeout, extra)
+        if attempt or not _port_taken(run):
+            return run
+    raise AssertionError("unreachable: the second attempt returns")
+
+
+def _port_taken(run: Run) -> bool:
+    """Another process took the free port before rank 0 listened on it: says nothing of the
+    machine's training, so the test runs once more on another port."""
+    errors = " ".join(r.error or "" for r in [*run.reports.values(), run.launcher] if r)
+    return rendezvous_error_kind(errors) == "address_in_use"
 
 
 def _clean(text: str) -> str:
@@ -445,24 +419,179 @@ def _detail(test: MicroTest) -> str | None:
     return f"{test.nproc} ranks, {test.backend}, {test.duration_s:.1f} s"
 
 
+def _grouped(name: str, setup: Setup, strategy: str) -> bool:
+    """Whether a test can be a step of the group: the group's ranks, each on its own device."""
+    nproc, shared, spawn = layout(name, setup, strategy)
+    return nproc == setup.nproc and not shared and not spawn
+
+
+def group_plan(names: list[str], setup: Setup, *, strategy: str, timeout: float) -> GroupPlan:
+    """The steps for ``names`` (tests ``_grouped`` allows), each with a port of its own."""
+    backend = setup.backend or "gloo"
+    steps = [
+        Step(
+            name, free_port(), [_device(name, r, backend, setup, False) for r in range(setup.nproc)]
+        )
+        for name in names
+    ]
+    return GroupPlan(setup.nproc if steps else 0, backend, strategy, timeout, steps)
+
+
+def _skipped(name: str, setup: Setup, strategy: str) -> MicroTest | None:
+    reason = _skip_reason(name, setup, strategy)
+    if reason is None:
+        return None
+    return MicroTest(status="skipped", reason=reason, backend=setup.backend, nproc=setup.nproc)
+
+
+def _needs_variants(name: str, test: MicroTest) -> bool:
+    return (
+        name in _COLLECTIVES and test.backend == "nccl" and test.status in ("failed", "timed_out")
+    )
+
+
+def _variants(
+    name: str, setup: Setup, test: MicroTest, *, timeout: float, notify: Progress
+) -> None:
+    for variant, env in VARIANTS.items():
+        notify(name, "running", f"variant {variant}")
+        test.variants[variant] = verdict(
+            execute(name, setup, backend="nccl", timeout=timeout, extra_env=env)
+        )[0]
+    notify(name, "running", "variant gloo")
+    test.variants["gloo"] = verdict(execute(name, setup, backend="gloo", timeout=timeout))[0]
+
+
 def _run_test(
     name: str, setup: Setup, *, timeout: float, strategy: str, notify: Progress
 ) -> MicroTest:
-    reason = _skip_reason(name, setup, strategy)
-    if reason:
-        return MicroTest(status="skipped", reason=reason, backend=setup.backend, nproc=setup.nproc)
+    """One test in a launch of its own: those that cannot be a step of the group."""
+    skipped = _skipped(name, setup, strategy)
+    if skipped:
+        return skipped
     backend = setup.backend
     assert backend is not None
     test = judge(name, execute(name, setup, backend=backend, timeout=timeout, strategy=strategy))
-    if name in _COLLECTIVES and backend == "nccl" and test.status in ("failed", "timed_out"):
-        for variant, env in VARIANTS.items():
-            notify(name, "running", f"variant {variant}")
-            test.variants[variant] = verdict(
-                execute(name, setup, backend="nccl", timeout=timeout, extra_env=env)
-            )[0]
-        notify(name, "running", "variant gloo")
-        test.variants["gloo"] = verdict(execute(name, setup, backend="gloo", timeout=timeout))[0]
+    if _needs_variants(name, test):
+        _variants(name, setup, test, timeout=timeout, notify=notify)
     return test
+
+
+class _Suite:
+    """One call of ``run_microtests``: the group (started again after a step that failed),
+    then the tests that need a launch of their own, progress in the tests' order."""
+
+    def __init__(
+        self, names: list[str], *, nproc, backend, timeout: float, strategy: str, notify: Progress
+    ) -> None:
+        self.names = names
+        self.nproc, self.backend = nproc, backend
+        self.timeout, self.strategy = timeout, strategy
+        self.notify = notify
+        self.result = MicroTests(source="microtest")
+        self.setup: Setup | None = None
+        self.grouped: list[str] = []
+        self.announced: set[str] = set()
+        self.retried = False
+        self.held: list[tuple[str, MicroTest]] = []  # failed NCCL collectives: variants to run
+
+    def run(self) -> MicroTests:
+        try:
+            self._groups()
+        except Exception as exc:  # an internal failure is a result; the other tests still run
+            for name in self.grouped:
+                if getattr(self.result, name) is None:
+                    self._announce(name)
+                    self._record(name, _internal_error(exc))
+        for name in self.names:
+            if getattr(self.result, name) is None:
+                self._announce(name)
+                try:
+                    assert self.setup is not None
+                    test = _run_test(
+                        name,
+                        self.setup,
+                        timeout=self.timeout,
+                        strategy=self.strategy,
+                        notify=self.notify,
+                    )
+                except Exception as exc:
+                    test = _internal_error(exc)
+                self._record(name, test)
+        return self.result
+
+    def _groups(self) -> None:
+        planned: GroupPlan | Callable[[dict], GroupPlan] = self._plan
+        workers = self.nproc or 2  # the CPU default; on GPUs the plan may add processes
+        while True:
+            outcome = run_group(
+                planned,
+                workers=workers,
+                answer_limit=max(self.timeout, ANSWER_LIMIT_S),
+                env=child_env(),
+                on_start=self._on_start,
+                on_result=self._on_result,
+            )
+            if self.setup is None:  # no process ever answered: the plan says why
+                self._plan(outcome.info)
+            assert self.setup is not None
+            for name, test in self.held:
+                _variants(name, self.setup, test, timeout=self.timeout, notify=self.notify)
+                self._record(name, test)
+            self.held.clear()
+            pending = [name for name in self.grouped if getattr(self.result, name) is None]
+            if not pending:
+                return
+            planned = group_plan(pending, self.setup, strategy=self.strategy, timeout=self.timeout)
+            workers = self.setup.nproc
+
+    def _plan(self, info: dict) -> GroupPlan:
+        self.setup = plan(info, self.nproc, self.backend)
+        self.grouped = [
+            name
+            for name in self.names
+            if _skip_reason(name, self.setup, self.strategy) is None
+            and _grouped(name, self.setup, self.strategy)
+        ]
+        return group_plan(self.grouped, self.setup, strategy=self.strategy, timeout=self.timeout)
+
+    def _on_start(self, name: str) -> None:
+        assert self.setup is not None
+        for earlier in self.names[: self.names.index(name)]:
+            skipped = earlier not in self.announced and _skipped(earlier, self.setup, self.strategy)
+            if skipped:
+                self._announce(earlier)
+                self._record(earlier, skipped)
+        self._announce(name)
+
+    def _on_result(self, name: str, run: Run) -> None:
+        try:
+            test = judge(name, run)
+        except Exception as exc:
+            test = _internal_error(exc)
+        if test.status == "failed" and not self.retried and _port_taken(run):
+            self.retried = True  # the next group runs this step again, on another port
+            return
+        setattr(self.result, name, test)
+        if _needs_variants(name, test):
+            self.held.append((name, test))  # the group's ranks are still running
+        else:
+            self._record(name, test)
+
+    def _announce(self, name: str) -> None:
+        if name not in self.announced:
+            self.announced.add(name)
+            self.notify(name, "running", None)
+
+    def _record(self, name: str, test: MicroTest) -> None:
+        setattr(self.result, name, test)
+        if test.status == "skipped" and test.reason:
+            self.result.unavailable[name] = test.reason
+        self.notify(name, "failed" if test.status == "error" else test.status, _detail(test))
+
+
+def _internal_error(exc: Exception) -> MicroTest:
+    return MicroTest(status="error", error=f"{type(exc).__name__}: {exc}")
 
 
 def run_microtests(
@@ -492,20 +621,9 @@ def run_microtests(
         if progress is not None:
             progress(name, state, detail)
 
-    result = MicroTests(source="microtest")
     if not selected:
-        return result
-    setup = plan(_query(timeout), nproc, backend)
-    for name in TEST_NAMES:
-        if name not in selected:
-            continue
-        notify(name, "running", None)
-        try:
-            test = _run_test(name, setup, timeout=timeout, strategy=strategy, notify=notify)
-        except Exception as exc:  # an internal failure is a result; the other tests still run
-            test = MicroTest(status="error", error=f"{type(exc).__name__}: {exc}")
-        setattr(result, name, test)
-        if test.status == "skipped" and test.reason:
-            result.unavailable[name] = test.reason
-        notify(name, "failed" if test.status == "error" else test.status, _detail(test))
-    return result
+        return MicroTests(source="microtest")
+    ordered = [name for name in TEST_NAMES if name in selected]
+    return _Suite(
+        ordered, nproc=nproc, backend=backend, timeout=timeout, strategy=strategy, notify=notify
+    ).run()

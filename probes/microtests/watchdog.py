@@ -1,4 +1,4 @@
-"""Start the ranks of one micro-test, watch them against a hard deadline, leave nothing behind.
+"""Start ranks, watch them against a hard deadline, leave nothing behind.
 
 Like torchrun's agent, the first rank to fail ends the run: the others get a short grace to
 report their own error, then the whole tree is killed. Descendants are tracked while they
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-_POLL_S = 0.05
+POLL_S = 0.05
 # Walking the process table costs milliseconds: on a small machine, done at every poll it
 # would take CPU from the very ranks being measured.
 _LOOK_S = 0.5
@@ -140,63 +140,114 @@ def _tail(path: Path) -> str:
         return ""
 
 
+class Watchdog:
+    """Processes started together, tracked with their descendants, and all killed on close.
+
+    The caller polls and decides when to stop (a deadline, a failure); whatever it decides,
+    closing kills every process still alive and reaps it, so nothing outlives the ``with``.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.start = time.monotonic()
+        self.ended_at: float | None = None
+        self.popens: dict[int | str, subprocess.Popen] = {}
+        self.exits: dict[int | str, Exit] = {}
+        self.failed_first: list[int | str] = []  # keys that failed in the first poll that saw one
+        self._failed_at: float | None = None
+        self._tracked: dict[int, psutil.Process] = {}
+        self._logs: dict[int | str, Path] = {}
+        self._next_look = 0.0
+
+    def __enter__(self) -> Watchdog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def launch(self, launch: Launch) -> None:
+        log = self._logs[launch.key] = self.workdir / f"{launch.key}.log"
+        popen = self.popens[launch.key] = _spawn(launch, log)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self._tracked[popen.pid] = psutil.Process(popen.pid)
+
+    def poll(self) -> None:
+        """Note new descendants (now and then) and every exit since the last poll."""
+        if time.monotonic() >= self._next_look:
+            running = [pid for pid, p in self._tracked.items() if p.is_running()]
+            for child in _descendants(running):
+                self._tracked.setdefault(child.pid, child)
+            self._next_look = time.monotonic() + _LOOK_S
+        newly_failed = []
+        for key, popen in self.popens.items():
+            if key not in self.exits and (rc := popen.poll()) is not None:
+                self.exits[key] = Exit(rc)
+                if rc != 0:
+                    newly_failed.append(key)
+        if newly_failed and self._failed_at is None:
+            self.failed_first, self._failed_at = newly_failed, time.monotonic()
+
+    @property
+    def ended(self) -> bool:
+        return len(self.exits) == len(self.popens)
+
+    def grace_over(self, grace_s: float) -> bool:
+        """A process failed at least ``grace_s`` ago: the others had their time to report."""
+        return self._failed_at is not None and time.monotonic() >= self._failed_at + grace_s
+
+    def stop(self, why: str) -> None:
+        """Mark every process still running as killed for ``why``; ``close`` kills them."""
+        for key in self.popens:
+            self.exits.setdefault(key, Exit(None, killed=why))
+
+    def close(self) -> None:
+        if self.ended_at is not None:
+            return
+        groups = [p.pid for p in self.popens.values()] if os.name == "posix" else []
+        kill_tree(list(self._tracked.values()), groups)
+        for key, popen in self.popens.items():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=_REAP_S)
+            self.exits.setdefault(
+                key, Exit(popen.returncode, killed="when the run was interrupted")
+            )
+        self.ended_at = time.monotonic()
+
+    def tail(self, key: int | str) -> str:
+        """The end of what one process printed so far."""
+        return _tail(self._logs[key])
+
+    def watched(self, deadline_hit: bool, since: float | None = None) -> Watched:
+        """What became of the processes, once closed; elapsed from ``since`` (default: start)."""
+        assert self.ended_at is not None, "close the watchdog first"
+        return Watched(
+            exits=dict(self.exits),
+            deadline_hit=deadline_hit,
+            failed_first=list(self.failed_first),
+            elapsed_s=self.ended_at - (self.start if since is None else since),
+            output={key: self.tail(key) for key in self._logs},
+        )
+
+
 def supervise(
     launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0
 ) -> Watched:
     """Run ``launches`` at once; return when all ended, or after killing them all."""
-    start = time.monotonic()
-    deadline = start + timeout_s
-    popens: dict[int | str, subprocess.Popen] = {}
-    tracked: dict[int, psutil.Process] = {}
-    exits: dict[int | str, Exit] = {}
-    failed_first: list[int | str] = []
-    failed_at: float | None = None
     deadline_hit = False
-    logs = {launch.key: workdir / f"{launch.key}.log" for launch in launches}
-    try:
+    with Watchdog(workdir) as dog:
         for launch in launches:
-            popen = _spawn(launch, logs[launch.key])
-            popens[launch.key] = popen
-            with contextlib.suppress(psutil.NoSuchProcess):
-                tracked[popen.pid] = psutil.Process(popen.pid)
-        next_look = 0.0
+            dog.launch(launch)
+        deadline = dog.start + timeout_s
         while True:
-            if time.monotonic() >= next_look:
-                for child in _descendants([pid for pid, p in tracked.items() if p.is_running()]):
-                    tracked.setdefault(child.pid, child)
-                next_look = time.monotonic() + _LOOK_S
-            newly_failed = []
-            for key, popen in popens.items():
-                if key not in exits and (rc := popen.poll()) is not None:
-                    exits[key] = Exit(rc)
-                    if rc != 0:
-                        newly_failed.append(key)
-            if newly_failed and failed_at is None:
-                failed_first, failed_at = newly_failed, time.monotonic()
-            now = time.monotonic()
-            if len(exits) == len(popens):
+            dog.poll()
+            if dog.ended:
                 break
-            why = None
-            if now >= deadline:
-                why, deadline_hit = f"at the {timeout_s:g} s deadline", True
-            elif failed_at is not None and now >= failed_at + grace_s:
-                why = f"after {who(failed_first[0])} failed"
-            if why:
-                for key in popens:
-                    exits.setdefault(key, Exit(None, killed=why))
+            if time.monotonic() >= deadline:
+                deadline_hit = True
+                dog.stop(f"at the {timeout_s:g} s deadline")
                 break
-            time.sleep(_POLL_S)
-    finally:
-        groups = [p.pid for p in popens.values()] if os.name == "posix" else []
-        kill_tree(list(tracked.values()), groups)
-        for key, popen in popens.items():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                popen.wait(timeout=_REAP_S)
-            exits.setdefault(key, Exit(popen.returncode, killed="when the run was interrupted"))
-    return Watched(
-        exits=exits,
-        deadline_hit=deadline_hit,
-        failed_first=failed_first,
-        elapsed_s=time.monotonic() - start,
-        output={key: _tail(path) for key, path in logs.items()},
-    )
+            if dog.grace_over(grace_s):
+                dog.stop(f"after {who(dog.failed_first[0])} failed")
+                break
+            time.sleep(POLL_S)
+    return dog.watched(deadline_hit)

@@ -1,8 +1,19 @@
-"""The entry point of one rank: ``python -m probes.microtests.worker --test NAME ...``.
+"""The entry point of the ranks: ``python -m probes.microtests.worker``.
 
-Only child processes run this module; it is where torch gets imported. ``--query`` instead
-prints, as JSON, what the parent needs to plan a run (torch, CUDA, backends, Lightning) without
-importing torch itself.
+Only child processes run this module; it is where torch gets imported. Two ways in:
+
+``--group --index I``
+    One process of a group that runs several micro-tests in sequence, so torch is imported
+    once for all of them. It imports torch, writes what the parent needs to plan the run
+    (torch, CUDA, backends, Lightning) to ``answers/I.json``, then waits for ``plan.json``:
+    the world size (an index past it just exits), the backend, and the steps, each with its
+    port and this rank's device. Each step writes to its own channel, ``<test>/rank<R>.jsonl``,
+    so the parent knows which step every rank reached; a step that raises ends the process,
+    and the parent starts a new group for the steps after it.
+``--test NAME --rank R ...``
+    One rank (or, without ``--rank``, the launcher Lightning's spawn strategy grows) of one
+    micro-test, for the launches that cannot share a group: NCCL variants, two ranks sharing
+    one GPU, ddp_spawn.
 
 Test-only fault injection: with ``DIAGNOSE_MICROTEST_TESTING=1`` set, the worker honours
 ``DIAGNOSE_MICROTEST_FAULT=TEST:RANK:ACTION`` (actions: ``skip_barrier``: that rank never
@@ -16,19 +27,19 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import importlib.util
-import json
 import os
 import re
 import sys
 import threading
 import time
+from pathlib import Path
 
 from probes.microtests import checks
-from probes.microtests.channel import Channel
+from probes.microtests.channel import PLAN, Channel, answer_path, read_whole, write_whole
 
-# Past its deadline the watchdog kills a rank; this is the rank's own backstop for a
-# watchdog that is itself gone (the parent killed), so no rank outlives a run for long.
+# How long past its deadline a rank whose watchdog is gone ends itself.
 _SELF_DESTRUCT_AFTER_S = 10.0
+_PLAN_POLL_S = 0.01
 
 _TIMEOUT = re.compile(
     r"timed? ?out|timeout|failed to pass monitoredBarrier|Watchdog caught collective", re.IGNORECASE
@@ -76,22 +87,35 @@ def classify(text: str) -> tuple[bool, list[int]]:
     return bool(_TIMEOUT.search(text)), ranks
 
 
-def _guard(parent_pid: int, deadline: float) -> None:
-    def watch() -> None:
-        while os.getppid() == parent_pid and time.time() < deadline + _SELF_DESTRUCT_AFTER_S:
+class _Guard(threading.Thread):
+    """The rank's own backstop for a watchdog that is itself gone (the parent killed).
+
+    Past a step's deadline the watchdog kills the rank; if the parent has died or the deadline
+    is long gone, the rank ends itself, so no rank outlives a run for long. A group moves
+    ``deadline`` on at every step.
+    """
+
+    def __init__(self, parent_pid: int, deadline: float) -> None:
+        super().__init__(daemon=True, name="orphan-guard")
+        self.parent_pid = parent_pid
+        self.deadline = deadline
+        self.start()
+
+    def run(self) -> None:
+        while (
+            os.getppid() == self.parent_pid and time.time() < self.deadline + _SELF_DESTRUCT_AFTER_S
+        ):
             time.sleep(0.5)
         os._exit(70)
-
-    threading.Thread(target=watch, daemon=True, name="orphan-guard").start()
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m probes.microtests.worker")
-    parser.add_argument("--query", action="store_true")
+    parser.add_argument("--group", action="store_true")
+    parser.add_argument("--index", type=int)  # a group's process: its rank, if the plan needs it
     parser.add_argument("--test")
     parser.add_argument("--rank", type=int)  # absent for a launcher that starts the ranks
     parser.add_argument("--world-size", type=int)
-    parser.add_argument("--local-rank", type=int)
     parser.add_argument("--device", default="cpu")  # cpu or cuda:N
     parser.add_argument("--backend")
     parser.add_argument("--port", type=int)
@@ -103,48 +127,94 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
-    if args.query:
-        print(json.dumps(query()))
-        return 0
-    _guard(args.parent_pid, args.deadline)
-    # A rank that crashes (SIGSEGV, SIGABRT from NCCL's watchdog) leaves its Python stack.
-    faulthandler.enable()
-    channel = Channel(args.out, "launcher" if args.rank is None else args.rank)
-    channel.step("started")
-    ctx = checks.Context(
-        test=args.test,
-        rank=args.rank,
-        world_size=args.world_size,
-        local_rank=args.local_rank,
-        device=args.device,
-        backend=args.backend,
-        port=args.port,
-        deadline=args.deadline,
-        out=args.out,
-        channel=channel,
-        fault=planted_fault(args.test, args.rank),
-        strategy=args.strategy,
-        mode=args.mode,
-    )
+def _run_step(ctx: checks.Context) -> None:
+    """Run one micro-test's body; an exception is reported and ends the process."""
+    ctx.channel.step("started")
     try:
-        if args.test == "lightning_fit":
+        if ctx.test == "lightning_fit":
             from probes.microtests.fit import fit
 
             fit(ctx)
         else:
-            getattr(checks, args.test)(ctx)
+            getattr(checks, ctx.test)(ctx)
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         timeout, missing = classify(text)
-        channel.error(text, timeout=timeout, missing=missing)
+        ctx.channel.error(text, timeout=timeout, missing=missing)
         # After a failed collective, an orderly teardown can hang on the broken group.
         sys.stderr.flush()
         os._exit(1)
-    channel.done()
-    # The result is recorded. Skip interpreter teardown: Lightning's atexit handler destroys the
-    # process group, and on gloo that can abort (SIGABRT) once the peer rank has already gone.
+    ctx.channel.done()
+
+
+def _wait_for_plan(out: str, deadline: float) -> dict | None:
+    path = Path(out) / PLAN
+    while time.time() < deadline:
+        plan = read_whole(path)
+        if plan is not None:
+            return plan
+        time.sleep(_PLAN_POLL_S)
+    return None
+
+
+def _group(args: argparse.Namespace) -> None:
+    guard = _Guard(args.parent_pid, args.deadline)
+    write_whole(answer_path(args.out, args.index), query())
+    plan = _wait_for_plan(args.out, args.deadline)
+    if plan is None or args.index >= plan["world_size"]:
+        return
+    rank = args.index
+    for number, step in enumerate(plan["steps"]):
+        # The first step's clock started when the parent wrote the plan, as the parent's did.
+        deadline = plan["first_deadline"] if number == 0 else time.time() + plan["timeout"]
+        guard.deadline = deadline
+        out = Path(args.out) / step["test"]
+        out.mkdir(exist_ok=True)
+        _run_step(
+            checks.Context(
+                test=step["test"],
+                rank=rank,
+                world_size=plan["world_size"],
+                device=step["devices"][rank],
+                backend=plan["backend"],
+                port=step["port"],
+                deadline=deadline,
+                out=str(out),
+                channel=Channel(out, rank),
+                fault=planted_fault(step["test"], rank),
+                strategy=plan["strategy"],
+                mode=step["mode"],
+            )
+        )
+
+
+def _single(args: argparse.Namespace) -> None:
+    _Guard(args.parent_pid, args.deadline)
+    _run_step(
+        checks.Context(
+            test=args.test,
+            rank=args.rank,
+            world_size=args.world_size,
+            device=args.device,
+            backend=args.backend,
+            port=args.port,
+            deadline=args.deadline,
+            out=args.out,
+            channel=Channel(args.out, "launcher" if args.rank is None else args.rank),
+            fault=planted_fault(args.test, args.rank),
+            strategy=args.strategy,
+            mode=args.mode,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    # A rank that crashes (SIGSEGV, SIGABRT from NCCL's watchdog) leaves its Python stack.
+    faulthandler.enable()
+    (_group if args.group else _single)(args)
+    # The results are recorded. Skip interpreter teardown: Lightning's atexit handler destroys
+    # the process group, and on gloo that can abort (SIGABRT) once the peer rank has already gone.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

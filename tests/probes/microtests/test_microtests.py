@@ -10,7 +10,7 @@ import sys
 import psutil
 import pytest
 
-from probes.microtests import TEST_NAMES, run_microtests, runner
+from probes.microtests import TEST_NAMES, run_microtests, runner, watchdog
 
 pytest.importorskip("torch")
 
@@ -116,4 +116,97 @@ def test_a_port_taken_by_another_process_is_retried_once_then_reported(monkeypat
     assert test.status == "failed"
     assert test.measurements["error_kind"] == "address_in_use"
     assert "EADDRINUSE" in test.error
+    assert _leftovers() == []
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The key of every process a watchdog starts, in order."""
+    keys = []
+    real = watchdog.Watchdog.launch
+
+    def launch(self, what):
+        keys.append(what.key)
+        real(self, what)
+
+    monkeypatch.setattr(watchdog.Watchdog, "launch", launch)
+    return keys
+
+
+def test_the_tests_share_one_launch_of_ranks(launched):
+    result = run_microtests(["rendezvous", "barrier", "all_reduce"], nproc=2, backend="gloo")
+    assert [result.rendezvous.status, result.barrier.status, result.all_reduce.status] == [
+        "passed"
+    ] * 3
+    assert launched == [0, 1]
+    assert _leftovers() == []
+
+
+def test_a_step_that_hangs_is_cut_at_its_deadline_and_the_steps_after_it_still_run(plant, launched):
+    plant("barrier:1:skip_barrier")
+    seen = []
+    result = run_microtests(
+        nproc=2, backend="gloo", timeout=10, progress=lambda *event: seen.append(event)
+    )
+    barrier = result.barrier
+    assert barrier.status == "timed_out", barrier.error
+    assert barrier.measurements["missing_ranks"] == "1"
+    assert barrier.ranks["0"].startswith("barrier;") and not barrier.ranks["1"].startswith(
+        "barrier"
+    )
+    for name in ("rendezvous", "all_reduce", "lightning_fit"):
+        assert getattr(result, name).status == "passed", (name, getattr(result, name).error)
+    assert result.lightning_fit.measurements["global_step"] == 4
+    assert launched == [0, 1, 0, 1]  # the group, then a new one for the steps after the barrier
+    assert [(n, s) for n, s, _ in seen] == [
+        (n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)
+    ]
+    assert _leftovers() == []
+
+
+def test_a_rank_killed_in_one_step_fails_that_step_only(plant, launched):
+    plant("all_reduce:0:kill")
+    result = run_microtests(["barrier", "all_reduce", "lightning_fit"], nproc=2, backend="gloo")
+    assert result.barrier.status == "passed"
+    assert result.all_reduce.status == "failed"
+    assert result.all_reduce.error == "rank 0 died from signal SIGKILL at step 'process group up'"
+    assert result.lightning_fit.status == "passed", result.lightning_fit.error
+    assert launched == [0, 1, 0, 1]
+    assert _leftovers() == []
+
+
+def _fake_torch(tmp_path, monkeypatch, body: str) -> None:
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(body)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+
+
+def test_a_torch_that_cannot_be_imported_skips_every_test(tmp_path, monkeypatch):
+    _fake_torch(tmp_path, monkeypatch, "raise ImportError('planted: no torch here')\n")
+    seen = []
+    result = run_microtests(progress=lambda *event: seen.append(event))
+    for name in TEST_NAMES:
+        test = getattr(result, name)
+        assert test.status == "skipped"
+        assert test.reason == (
+            f"torch cannot be imported by {sys.executable}: ImportError: planted: no torch here"
+        )
+    assert [(n, s) for n, s, _ in seen] == [
+        (n, s) for n in TEST_NAMES for s in ("running", "skipped")
+    ]
+    assert _leftovers() == []
+
+
+def test_a_rank_that_dies_before_it_answers_skips_every_test_saying_why(tmp_path, monkeypatch):
+    _fake_torch(
+        tmp_path,
+        monkeypatch,
+        "import os, sys\nprint('planted crash', file=sys.stderr, flush=True)\nos._exit(3)\n",
+    )
+    result = run_microtests(["rendezvous", "lightning_fit"])
+    assert result.rendezvous.status == result.lightning_fit.status == "skipped"
+    assert (
+        result.rendezvous.reason
+        == f"inspecting torch in {sys.executable} failed: exit 3: planted crash"
+    )
     assert _leftovers() == []

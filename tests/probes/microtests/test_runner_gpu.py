@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from probes.microtests import runner
+from probes.microtests import TEST_NAMES, runner
 from probes.microtests.channel import RankReport
 from probes.microtests.checks import placement_summary
-from probes.microtests.runner import Run, _run_test, judge, launches, plan
+from probes.microtests.runner import Run, _grouped, _run_test, group_plan, judge, launches, plan
 from probes.microtests.watchdog import Exit, Watched
 
 GPU = {
@@ -68,11 +68,25 @@ def test_on_several_gpus_duplicate_gpu_maps_ranks_to_distinct_ones():
     ]
 
 
-def test_lightning_ranks_are_started_as_torchrun_would():
-    found = _launched("lightning_fit", _plan(2))
-    assert [x.env["LOCAL_RANK"] for x in found] == ["0", "1"]
-    assert {x.env["MASTER_PORT"] for x in found} == {"1234"}
-    assert all("LOCAL_RANK" not in x.env for x in _launched("all_reduce", _plan(2)))
+def test_the_group_takes_the_tests_that_share_its_ranks():
+    four = _plan(4)
+    assert all(_grouped(name, four, "ddp") for name in TEST_NAMES)
+    assert not _grouped("lightning_fit", four, "ddp_spawn")  # Lightning starts those ranks
+    one = _plan(1)
+    assert not _grouped("duplicate_gpu", one, "ddp")  # two ranks on the one GPU
+    assert not _grouped("duplicate_gpu", _plan(8, nproc=1), "ddp")  # needs two ranks
+
+
+def test_group_steps_put_each_rank_on_its_own_gpu_with_a_port_per_step():
+    planned = group_plan(["barrier", "placement"], _plan(2), strategy="ddp", timeout=7.0)
+    assert (planned.world_size, planned.backend, planned.timeout) == (2, "nccl", 7.0)
+    assert [s.devices for s in planned.steps] == [["cuda:0", "cuda:1"]] * 2
+    assert planned.steps[0].port != planned.steps[1].port
+    on_cpu = group_plan(
+        ["all_reduce", "placement"], _plan(2, backend="gloo"), strategy="ddp", timeout=7.0
+    )
+    assert [s.devices for s in on_cpu.steps] == [["cpu", "cpu"], ["cuda:0", "cuda:1"]]
+    assert group_plan([], _plan(2), strategy="ddp", timeout=7.0).world_size == 0
 
 
 def test_ddp_spawn_starts_one_launcher_without_local_rank():
@@ -81,7 +95,7 @@ def test_ddp_spawn_starts_one_launcher_without_local_rank():
     assert "LOCAL_RANK" not in only.env and _arg(only, "--world-size") == "2"
 
 
-def _fake_run(status: str) -> Run:
+def _fake_run(status: str, backend: str = "nccl") -> Run:
     code = 0 if status == "passed" else 1
     report = RankReport(
         steps=["all_reduce 1KB"],
@@ -90,7 +104,7 @@ def _fake_run(status: str) -> Run:
         error_time=1.0,
     )
     watched = Watched({0: Exit(code)}, False, [] if code == 0 else [0], 0.1)
-    return Run(watched, {0: report}, None, 1, "nccl", 5.0, {"shared": False, "strategy": "ddp"})
+    return Run(watched, {0: report}, None, 1, backend, 5.0, {"shared": False, "strategy": "ddp"})
 
 
 def test_a_failing_nccl_collective_is_rerun_under_each_variant(monkeypatch):
@@ -99,7 +113,7 @@ def test_a_failing_nccl_collective_is_rerun_under_each_variant(monkeypatch):
     def fake_execute(name, setup, *, backend, timeout, strategy="ddp", extra_env=None):
         calls.append((backend, extra_env))
         passes = backend == "gloo" or (extra_env or {}).get("NCCL_P2P_DISABLE") == "1"
-        return _fake_run("passed" if passes else "failed")
+        return _fake_run("passed" if passes else "failed", backend)
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     seen = []
@@ -135,7 +149,7 @@ def test_a_passing_or_gloo_test_gets_no_variants(monkeypatch):
         ).variants
         == {}
     )
-    monkeypatch.setattr(runner, "execute", lambda *a, **k: _fake_run("failed"))
+    monkeypatch.setattr(runner, "execute", lambda *a, **k: _fake_run("failed", k["backend"]))
     cpu = _plan(2, backend="gloo")
     assert (
         _run_test("all_reduce", cpu, timeout=5, strategy="ddp", notify=lambda *e: None).variants
