@@ -8,7 +8,6 @@ per field, why something could not be probed.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -623,18 +622,15 @@ def facts_from_dict(data: Any, origin: str = "<snapshot>") -> Facts:
 
 
 def load_snapshot(path: str | Path) -> Facts:
-    path = Path(path)
+    """A saved snapshot (``-`` is stdin), read within size, time, depth and number caps."""
+    from probes.untrusted import InputError, display_name, load_json, read_bytes
+
+    name = display_name(str(path))
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SnapshotError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(raw)
-    except UnicodeDecodeError:
-        raise SnapshotError(f"{path}: not a snapshot: binary data") from None
-    except json.JSONDecodeError as exc:
-        raise SnapshotError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-    return facts_from_dict(data, str(path))
+        data = load_json(read_bytes(path), name)
+    except InputError as exc:
+        raise SnapshotError(str(exc).replace("not JSON: binary data", "not a snapshot: binary data")) from None
+    return facts_from_dict(data, name)
 
 
 def dump_snapshot(facts: Facts) -> str:
