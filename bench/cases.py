@@ -37,7 +37,7 @@ CASE_DIRS = (SHARED_CASES, OWN_CASES)
 FIELDS = ("source", "title", "cause", "established_by", "env_report", "log")
 
 # The share of cases whose cause ranks in the top 3, as last measured; README quotes it.
-TOP3_FLOOR = 0.97
+TOP3_FLOOR = 0.84
 TIMEOUT_S = 120
 
 

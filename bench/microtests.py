@@ -1,14 +1,19 @@
-"""Benchmark: the all_reduce micro-test against a bare torch.distributed loop, in one run.
+"""Benchmark: the micro-tests against their floors, each measured in the same run.
 
-    python bench/microtests.py [--rounds N] [--nproc N] [--suite-rounds N]
+    python bench/microtests.py [--rounds N] [--nproc N] [--diagnosis-rounds N]
 
-Each round runs, in alternating order, the harness's all_reduce test (``run_microtests``, gloo
-on CPU) and a bare loop: N plain processes of this script that init a process group and time
-in-place ``all_reduce`` over the same sizes and iteration counts. Both are reduced the same way
-(time averaged over ranks, busbw = bytes / time * 2 (n-1) / n). Prints, per size, the median
-busbw of each and the median of the per-round ratios (each round's pair ran back to back, so a
-busy machine weighs on both alike); the target is a harness/bare ratio of at least 0.95. Then
-times the full default suite (every test) on N CPU ranks.
+1. all_reduce bandwidth. Each round runs, in alternating order, the harness's all_reduce test
+   (``run_microtests``, gloo on CPU) and a bare loop: N plain processes of this script that init
+   a process group and time in-place ``all_reduce`` over the same sizes and iteration counts.
+   Both are reduced the same way (time averaged over ranks, busbw = bytes / time * 2 (n-1) / n).
+   Prints, per size, the median busbw of each and the median of the per-round ratios (each
+   round's pair ran back to back, so a busy machine weighs on both alike); the target is a
+   harness/bare ratio of at least 0.95.
+2. The whole live diagnosis against the bare torchrun floor. Each round runs, in alternating
+   order, ``diagnose --json --nproc N`` (every probe and every micro-test, as a user runs it)
+   and ``torchrun --nproc-per-node N`` of a script that imports torch, forms a gloo group, does
+   one all_reduce and a barrier: the least any check of N real ranks can cost. Prints the
+   medians and their ratio; the target is a diagnosis at most 2x the floor.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +39,18 @@ from probes.microtests.runner import bandwidth, free_port  # noqa: E402
 from probes.microtests.watchdog import kill_tree  # noqa: E402
 
 TARGET = 0.95
+DIAGNOSIS_TARGET = 2.0
 BARE_TIMEOUT_S = 120
+# What one torchrun rank of the floor does: the least a check of real ranks can do.
+FLOOR_SCRIPT = """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+dist.barrier()
+dist.destroy_process_group()
+"""
 
 
 def bare_rank(rank: int, world: int, port: int) -> None:
@@ -88,22 +105,117 @@ def harness(world: int) -> dict[int, float]:
     return {s: test.measurements[f"busbw_gbps_{size_label(s)}"] for s in SIZES}
 
 
+def wall(argv: list[str], what: str, ok: tuple[int, ...]) -> tuple[float, str]:
+    """Seconds ``argv`` took as a fresh process, and its stdout; exit codes other than ``ok``
+    stop the bench."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in ok:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bench/microtests.py: {what} exited {done.returncode}: {tail}")
+    return elapsed, done.stdout
+
+
+def microtest_summary(report_json: str) -> str:
+    """Each micro-test's status and duration from a JSON report; a failed one voids the timing."""
+    tests = json.loads(report_json)["facts"]["microtests"]
+    parts = []
+    for name in TEST_NAMES:
+        test = tests.get(name) or {}
+        if test.get("status") not in ("passed", "skipped"):
+            raise SystemExit(
+                f"bench/microtests.py: diagnose --json: micro-test {name} {test.get('status')}:"
+                f" {test.get('error')}"
+            )
+        parts.append(
+            f"{name} {test['status']}"
+            + (f" {test['duration_s']:.1f} s" if test.get("duration_s") else "")
+        )
+    return ", ".join(parts)
+
+
+def diagnosis_vs_floor(nproc: int, rounds: int, console: Console) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as work:
+        script = Path(work) / "floor.py"
+        script.write_text(FLOOR_SCRIPT)
+        commands = {
+            "torchrun floor": lambda: [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                str(nproc),
+                "--master-port",
+                str(free_port()),
+                str(script),
+            ],  # fmt: skip
+            "diagnose --json": lambda: [
+                sys.executable,
+                "-m",
+                "diagnose",
+                "--json",
+                "--nproc",
+                str(nproc),
+            ],  # fmt: skip
+        }
+        samples: dict[str, list[float]] = {name: [] for name in commands}
+        last = ""
+        for round_ in range(rounds):
+            order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
+            for name in order:
+                # diagnose exits 1 when it has an error finding: a result, not a failure
+                seconds, out = wall(
+                    commands[name](), name, (0, 1) if name == "diagnose --json" else (0,)
+                )
+                samples[name].append(seconds)
+                if name == "diagnose --json":
+                    last = microtest_summary(out)
+    table = Table(
+        title=f"live diagnosis vs the bare torchrun floor, {nproc} ranks, {rounds} rounds"
+    )
+    for column in ("what", "median s", "min s", "max s"):
+        table.add_column(column, justify="right" if column != "what" else "left")
+    for name, values in samples.items():
+        table.add_row(name, *(f"{f(values):.2f}" for f in (statistics.median, min, max)))
+    console.print(table)
+    ratio = statistics.median(samples["diagnose --json"]) / statistics.median(
+        samples["torchrun floor"]
+    )
+    paired = statistics.median(
+        d / f for d, f in zip(samples["diagnose --json"], samples["torchrun floor"], strict=True)
+    )
+    verdict = "meets" if ratio <= DIAGNOSIS_TARGET else "misses"
+    console.print(
+        f"diagnose --json / torchrun floor: {ratio:.2f}x of the medians, {paired:.2f}x median"
+        f" paired ratio ({verdict} the target of at most {DIAGNOSIS_TARGET:g}x)"
+    )
+    console.print(f"last diagnosis's micro-tests: {last}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="all_reduce rounds; 0: skip")
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--suite-rounds", type=int, default=3, help="0: do not time the suite")
+    parser.add_argument("--diagnosis-rounds", type=int, default=5, help="0: skip")
     parser.add_argument("--bare-rank", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_rank:
         bare_rank(*args.bare_rank)
         return
+    console = Console()
+    if args.rounds:
+        bandwidth_vs_bare(args.nproc, args.rounds, console)
+    if args.diagnosis_rounds:
+        diagnosis_vs_floor(args.nproc, args.diagnosis_rounds, console)
 
+
+def bandwidth_vs_bare(nproc: int, rounds: int, console: Console) -> None:
     runs: dict[str, list[dict[int, float]]] = {"harness": [], "bare": []}
-    for round_ in range(args.rounds):
+    for round_ in range(rounds):
         order = ("harness", "bare") if round_ % 2 == 0 else ("bare", "harness")
         for which in order:
-            runs[which].append((harness if which == "harness" else bare)(args.nproc))
+            runs[which].append((harness if which == "harness" else bare)(nproc))
 
     def median(which: str, size: int) -> float:
         return statistics.median(r[size] for r in runs[which])
@@ -112,9 +224,7 @@ def main() -> None:
         """harness / bare within each round: the two ran back to back, under the same load."""
         return [h[size] / b[size] for h, b in zip(runs["harness"], runs["bare"], strict=True)]
 
-    table = Table(
-        title=f"all_reduce busbw (GB/s), gloo, {args.nproc} CPU ranks, median of {args.rounds}"
-    )
+    table = Table(title=f"all_reduce busbw (GB/s), gloo, {nproc} CPU ranks, median of {rounds}")
     for column in ("size", "harness", "bare loop", "harness / bare (paired)"):
         table.add_column(column, justify="right")
     for size in SIZES:
@@ -127,28 +237,11 @@ def main() -> None:
     peak = max(median("harness", s) for s in SIZES) / max(median("bare", s) for s in SIZES)
     overall = statistics.median(r for s in SIZES for r in paired(s))
     large = statistics.median(r for s in SIZES if s >= 1 << 20 for r in paired(s))
-    console = Console()
     console.print(table)
     console.print(
         f"harness / bare: peak busbw {peak:.3f}, median paired ratio {overall:.3f} (all sizes),"
         f" {large:.3f} (1MB and up); target >= {TARGET}"
     )
-
-    if args.suite_rounds:
-        walls = []
-        for _ in range(args.suite_rounds):
-            start = time.perf_counter()
-            result = run_microtests(nproc=args.nproc, backend="gloo")
-            walls.append(time.perf_counter() - start)
-        per_test = ", ".join(
-            f"{name} {test.status} {test.duration_s or 0:.1f} s"
-            for name in TEST_NAMES
-            if (test := getattr(result, name)) is not None
-        )
-        console.print(
-            f"full suite on {args.nproc} CPU ranks: median {statistics.median(walls):.1f} s"
-            f" (min {min(walls):.1f}, max {max(walls):.1f}); last run: {per_test}"
-        )
 
 
 if __name__ == "__main__":

@@ -51,11 +51,13 @@ def offline_facts(
     *,
     reports: Iterable[tuple[str, str]] = (),
     logs: Iterable[tuple[str, object]] = (),
+    kb: KB | None = None,
 ) -> Facts:
     """Facts from someone else's texts: a pasted environment report and a log or traceback.
 
     ``report``/``log`` take the texts directly; ``reports``/``logs`` take (name, text) and
-    (name, path-or-text-stream) pairs when there are several.
+    (name, path-or-text-stream) pairs when there are several. A long log keeps every line
+    a rule of ``kb`` (the shipped rules by default) could match.
     """
     import io
 
@@ -63,7 +65,11 @@ def offline_facts(
 
     all_reports = list(reports) + ([("report", report)] if report else [])
     all_logs = list(logs) + ([("log", io.StringIO(log))] if log else [])
-    return build(reports=all_reports, logs=all_logs)
+    if kb is None:
+        from diagnose.kb import load_kb
+
+        kb = load_kb()
+    return build(reports=all_reports, logs=all_logs, keep=kb.log_literals)
 
 
 def diagnose_text(
@@ -73,4 +79,5 @@ def diagnose_text(
     from diagnose.engine import evaluate
     from diagnose.kb import load_kb
 
-    return evaluate(offline_facts(report, log), kb or load_kb(list(extra_kb)))
+    kb = kb or load_kb(list(extra_kb))
+    return evaluate(offline_facts(report, log, kb=kb), kb)

@@ -137,7 +137,9 @@ def gather_facts(args: argparse.Namespace, progress=None):
 
         reports = [(p, _read_text(p, "report")) for p in args.report]
         logs = [("stdin" if p == "-" else p, _log_source(p)) for p in args.log]
-        return offline_facts(reports=reports, logs=logs)
+        from diagnose.kb import load_kb
+
+        return offline_facts(reports=reports, logs=logs, kb=load_kb(getattr(args, "kb", None) or []))
     from diagnose.api import collect_facts
 
     return collect_facts(

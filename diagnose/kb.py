@@ -6,6 +6,7 @@ it came from; pydantic's error location is mapped back to that line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,21 @@ class KB:
     rules: list[Rule]
     sources: list[Path]
     files: dict[str, Path] = field(default_factory=dict)  # rule id -> file
+
+    @property
+    def log_literals(self) -> frozenset[str]:
+        """The literals the rules' log patterns require: a long log keeps the lines holding one,
+        so a rule fires on a 400,000-line log as on a 40-line one."""
+        from diagnose.rules import AnyCheck, LogCheck
+
+        def walk(checks) -> Iterator[str]:
+            for check in checks:
+                if isinstance(check, LogCheck):
+                    yield from check.literals or ()
+                elif isinstance(check, AnyCheck):
+                    yield from walk(check.any)
+
+        return frozenset(lit for rule in self.rules for lit in walk([*rule.when, *rule.evidence]))
 
     def get(self, rule_id: str) -> Rule | None:
         for rule in self.rules:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +35,22 @@ def _expand_keyed(partial: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def example_facts(example: Example, origin: str = "<example>") -> Facts:
+# neutral noise around a log example: a rule must fire the same far into a long log
+PAD_LINE = "[2026-05-01 10:00:00,000] INFO data.py:42 - prefetching shard 17 of 512\n"
+
+
+def example_facts(example: Example, origin: str = "<example>", keep: Iterable[str] = (), pad: int = 0) -> Facts:
     """The Facts an example describes: its log and report read by the real readers."""
     if example.log is not None or example.report is not None:
         from probes.offline import offline_facts
 
         reports = [("example-report", example.report)] if example.report is not None else []
-        logs = [("example-log", io.StringIO(example.log))] if example.log is not None else []
-        base = offline_facts(reports=reports, logs=logs).model_dump()
+        text = example.log
+        if text is not None and pad:
+            noise = PAD_LINE * pad
+            text = noise + text + ("" if text.endswith("\n") else "\n") + noise
+        logs = [("example-log", io.StringIO(text))] if text is not None else []
+        base = offline_facts(reports=reports, logs=logs, keep=keep).model_dump()
     else:
         base = Facts().model_dump()
     data = _merge(base, _expand_keyed(example.facts))
@@ -65,8 +74,18 @@ def example_name(example: Example, index: int) -> str:
 def run_example(rule: Rule, example: Example, index: int) -> ExampleResult:
     name = example_name(example, index)
     facts = example_facts(example, f"{rule.id}::{name}")
-    report = evaluate(facts, KB(rules=[rule], sources=[]))
-    matched = bool(report.findings)
+    kb = KB(rules=[rule], sources=[])
+    report = evaluate(facts, kb)
+    matched = any(f.basis == "evidence" for f in report.findings)  # its own evidence, not a symptom's prior
+    if example.log is not None:
+        from probes.log import SHORT_LOG_LINES
+
+        padded = example_facts(example, f"{rule.id}::{name} (padded)", kb.log_literals, SHORT_LOG_LINES)
+        if any(f.basis == "evidence" for f in evaluate(padded, kb).findings) != matched:
+            return ExampleResult(
+                rule.id, name, example.expect, False,
+                f"{'matched' if matched else 'did not match'} as written but not inside a long log",
+            )
     context = render_context(facts)
     for fix in rule.fix:
         try:

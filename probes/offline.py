@@ -71,10 +71,12 @@ _INTERACTIVE = re.compile(
 def offline_facts(
     reports: Sequence[tuple[str, str]] = (),
     logs: Sequence[tuple[str, Any]] = (),
+    keep: Iterable[str] = (),
 ) -> Facts:
     """One Facts from ``(name, text)`` reports and ``(name, source)`` logs (a source as
     ``probes.log.read_log`` takes it). Raises ``probes.log.LogError`` for an unreadable
-    or binary log; never on the content of a report."""
+    or binary log; never on the content of a report. ``keep``: literals whose lines a long
+    log retains (``probes.log.read_log``)."""
     facts = Facts()
     texts: list[str] = []
     log_parts: list[Log] = []
@@ -90,7 +92,7 @@ def offline_facts(
             log_parts.append(from_report)
     for name, source in logs:
         facts.inputs.append(f"log:{name}")
-        log = read_log(source, name)
+        log = read_log(source, name, keep)
         log_parts.append(log)
         # tables pasted into a log (nvidia-smi, nccl-tests headers) are facts too, from the log
         _merge(facts, _relabelled(parse_report("\n".join(line.text for line in log.lines or []), name), "log"))

@@ -22,14 +22,21 @@ else:  # pragma: no cover - exercised on 3.10 only
     import sre_parse as _parser
 
 MIN_LITERAL = 3  # shorter required strings select too little to be worth testing
+# ...measured in characters of ASCII; a CJK character is a word's worth, so two select as well
+MIN_WIDE_LITERAL = 2
 
 # possessive repeats and atomic groups exist from Python 3.11
 _REPEATS = tuple(getattr(C, name) for name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(C, name))
 _ATOMIC = getattr(C, "ATOMIC_GROUP", None)
 
 
+def _strength(literal: str) -> int:
+    """How selective a literal is, in ASCII characters' worth."""
+    return len(literal) if literal.isascii() else len(literal) * MIN_LITERAL // MIN_WIDE_LITERAL
+
+
 def _weakest(alternatives: frozenset[str]) -> int:
-    return min(len(a) for a in alternatives)
+    return min(_strength(a) for a in alternatives)
 
 
 def _required(items) -> frozenset[str] | None:

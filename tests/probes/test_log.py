@@ -213,7 +213,7 @@ def test_binary_tail_after_text_is_tolerated():
 def test_empty_truncated_and_mixed_encodings():
     assert read_log(io.BytesIO(b""), "e").lines == [] and read_log(io.BytesIO(b""), "e").lines_read == 0
     truncated = "RuntimeError: CUDA out of memory. Tried to allocate 2.87 GiB (GPU 0; 14.76".encode()
-    assert read_log(io.BytesIO(truncated), "t").signature_ids == ["cuda_oom", "python_exception"]
+    assert {"cuda_oom", "python_exception"} <= set(read_log(io.BytesIO(truncated), "t").signature_ids)
     mixed = "caf\u00e9 ok\n".encode() + "caf\u00e9 latin-1\n".encode("latin-1") + "\u00e9\u4e2d\n".encode("utf-8")[:-2]
     log = read_log(io.BytesIO(mixed), "m")
     assert log.lines_read == 3 and "\ufffd" in log.lines[1].text
