@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_serializer, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -76,14 +76,95 @@ class Host(Section):
 # --- packages and environment -------------------------------------------------------------
 
 
+class _Owner:
+    """The Facts a section belongs to, for derived facts that weigh two sections. It takes no
+    part in equality (two equal snapshots have different owners), and a copy shares it."""
+
+    __slots__ = ("facts",)
+
+    def __init__(self) -> None:
+        self.facts: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Owner)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __copy__(self) -> _Owner:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Owner:
+        return self
+
+
 def canonical_package(name: str) -> str:
     """PEP 503 normalisation, so ``PyTorch_Lightning`` and ``pytorch-lightning`` agree."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
 class Packages(KeyedSection):
+    # what a library release needs of torch (kb/tables/packages.yaml), tested against the torch
+    # installed beside it
+    derived: ClassVar[tuple[str, ...]] = (
+        "torch_requirements_unmet",
+        "lightning_supports_torch",
+        "accelerate_supports_torch",
+        "transformers_supports_torch",
+        "deepspeed_supports_torch",
+    )
+    _owner: _Owner = PrivateAttr(default_factory=_Owner)
+
     def normalise(self, key: str) -> str:
         return canonical_package(key)
+
+    def _torch_version(self) -> str | None:
+        torch = self.values.get("torch")
+        return torch or (self._owner.facts.torch.version if self._owner.facts is not None else None)
+
+    def _unmet(self, package: str) -> str | None:
+        """"lightning 2.5.1 needs torch>=2.1" when the installed torch falls outside; else None."""
+        from probes.tables import shipped, version
+
+        installed, torch = self.values.get(package), version(self._torch_version())
+        needed = shipped().torch_requirement(package, installed)
+        if needed is None or torch is None or needed.contains(torch, prereleases=True):
+            return None
+        return f"{package} {installed} needs torch{needed}"
+
+    def _supports(self, *packages: str) -> bool | None:
+        from probes.tables import shipped, version
+
+        torch = version(self._torch_version())
+        rows = [(p, self.values[p]) for p in packages if p in self.values]
+        covered = [p for p, v in rows if shipped().torch_requirement(p, v) is not None]
+        if torch is None or not covered:
+            return None
+        return not any(self._unmet(p) for p in covered)
+
+    @property
+    def torch_requirements_unmet(self) -> list[str] | None:
+        if self._torch_version() is None:
+            return None
+        from probes.tables import shipped
+
+        names = sorted(shipped().packages.requirements)
+        return [u for u in (self._unmet(p) for p in [*names, "pytorch-lightning"]) if u]
+
+    @property
+    def lightning_supports_torch(self) -> bool | None:
+        return self._supports("lightning", "pytorch-lightning")
+
+    @property
+    def accelerate_supports_torch(self) -> bool | None:
+        return self._supports("accelerate")
+
+    @property
+    def transformers_supports_torch(self) -> bool | None:
+        return self._supports("transformers")
+
+    @property
+    def deepspeed_supports_torch(self) -> bool | None:
+        return self._supports("deepspeed")
 
 
 class Env(KeyedSection):
@@ -105,6 +186,109 @@ class TorchBuild(Section):
     arch_list: list[str] | None = None  # e.g. ["sm_80", "sm_90"]
     backends: list[str] | None = None  # distributed backends available: nccl, gloo, mpi
     init_error: str | None = None  # what torch.cuda init said, or that it timed out
+    # read with kb/tables/: what this build bundles and whether it runs on the job's GPUs
+    derived: ClassVar[tuple[str, ...]] = (
+        "bundled_nccl",
+        "supports_gpu_arch",
+        "nccl_supports_gpu_arch",
+        "nccl_known_issue",
+        "missing_features",
+    )
+    _owner: _Owner = PrivateAttr(default_factory=_Owner)
+
+    def _capabilities(self) -> list[Any]:
+        gpus = self._owner.facts.gpus if self._owner.facts is not None else None
+        return gpus.table_capabilities() if gpus is not None else []
+
+    @property
+    def bundled_nccl(self) -> str | None:
+        """The NCCL the wheels of this torch release bundle (kb/tables/torch.yaml)."""
+        from probes.tables import shipped
+
+        row = shipped().torch_release(self.version)
+        return row.nccl if row else None
+
+    def _nccl(self) -> str | None:
+        return self.nccl or self.bundled_nccl
+
+    def _cuda(self) -> str | None:
+        """torch's CUDA runtime; without it, the CUDA the log's NCCL banner was built for
+        ("NCCL version 2.21.5+cuda12.4"), the same runtime in a torch wheel."""
+        if self.cuda or self._owner.facts is None:
+            return self.cuda
+        for sig in self._owner.facts.log.signatures or []:
+            built = sig.data.get("version", "").partition("+cuda")[2] if sig.id == "nccl_version" else ""
+            if built:
+                return built
+        return None
+
+    @property
+    def missing_features(self) -> list[str] | None:
+        """Distributed APIs of newer torch releases this one lacks (fsdp, fully_shard...)."""
+        from probes.tables import shipped
+
+        missing = shipped().torch_missing(self.version)
+        return None if missing is None else [f.feature for f in missing]
+
+    @property
+    def supports_gpu_arch(self) -> bool | None:
+        """Whether this build has kernels for every GPU of the job: from its arch list when
+        known, else from the oldest CUDA and torch each GPU's capability needs."""
+        from probes.tables import release, version
+
+        caps = self._capabilities()
+        if not caps or (self._cuda() is None and not self.arch_list):
+            return None
+        if self.arch_list:
+            return all(_arch_list_covers(self.arch_list, c.capability) for c in caps)
+        cuda, torch = release(self._cuda()), version(self.version)
+        if cuda is None:
+            return None
+        for c in caps:
+            newest = min((release(v) for v in (c.last_cuda, c.torch_last_cuda) if v), default=None)
+            if cuda < release(c.min_cuda) or (newest is not None and cuda > newest):
+                return False
+            if c.min_torch and torch is not None and torch < version(c.min_torch):
+                return False
+        return True
+
+    @property
+    def nccl_supports_gpu_arch(self) -> bool | None:
+        """Whether the NCCL this build uses is recent enough for every GPU of the job."""
+        from probes.tables import version
+
+        caps, nccl = self._capabilities(), version(self._nccl())
+        needs = [version(c.min_nccl) for c in caps if c.min_nccl]
+        if nccl is None or not caps:
+            return None
+        return all(nccl >= n for n in needs)
+
+    @property
+    def nccl_known_issue(self) -> str | None:
+        """A defect of this NCCL release that a later one fixed (kb/tables/nccl.yaml), if any."""
+        from probes.tables import shipped
+
+        issues = shipped().nccl_issues(self._nccl())
+        if not issues:
+            return None
+        i = issues[0]
+        return f"NCCL {self._nccl()}: {i.issue}; fixed in {i.fixed_in}, workaround {i.workaround}"
+
+
+def _arch_list_covers(arch_list: list[str], capability: str) -> bool:
+    """A GPU of ``capability`` (major.minor) runs kernels built for sm_<major><m> with m <= minor
+    (binary compatibility within a major version) and PTX for compute_<c> with c <= capability."""
+    major, _, minor = capability.partition(".")
+    for entry in arch_list:
+        kind, _, number = entry.partition("_")
+        if not number.isdigit() or len(number) < 2:
+            continue
+        e_major, e_minor = int(number[:-1]), int(number[-1])
+        if kind == "sm" and e_major == int(major) and e_minor <= int(minor or 0):
+            return True
+        if kind == "compute" and (e_major, e_minor) <= (int(major), int(minor or 0)):
+            return True
+    return False
 
 
 # --- GPUs -----------------------------------------------------------------------------------
@@ -143,7 +327,7 @@ class GpuLink(_Model):
 
 
 # NVML names every consumer card "... GeForce ..." or "... TITAN ..."; workstation cards such
-# as "RTX 6000 Ada" or "RTX A6000" have no such word
+# as "RTX 6000 Ada" or "RTX A6000" have no such word. For a model kb/tables/gpus.yaml lacks.
 _CONSUMER_GPU = re.compile(r"GeForce|TITAN", re.IGNORECASE)
 
 
@@ -155,7 +339,12 @@ class Gpus(Section):
     derived: ClassVar[tuple[str, ...]] = (
         "models",
         "distinct_models",
+        "arch",
+        "distinct_archs",
+        "compute_capabilities",
         "consumer",
+        "p2p_support",
+        "min_cuda",
         "p2p_ok",
         "visible_duplicates",
         "processes_on_gpu0",
@@ -173,11 +362,69 @@ class Gpus(Section):
         models = self.models
         return len(set(models)) if models else None
 
+    _owner: _Owner = PrivateAttr(default_factory=_Owner)
+
+    def _named(self) -> list[tuple[str | None, str | None]]:
+        """(name, compute capability) of each GPU probed; without a probe, each GPU the log names."""
+        if self.devices:
+            return [(d.name, d.compute_capability) for d in self.devices]
+        signatures = self._owner.facts.log.signatures if self._owner.facts is not None else None
+        names = [s.data.get("gpu") for s in signatures or [] if s.id == "gpu_named"]
+        return [(n, None) for n in dict.fromkeys(n for n in names if n)]
+
+    def _table_rows(self) -> list[tuple[Any, Any]]:
+        from probes.tables import shipped
+
+        tables, rows = shipped(), []
+        for name, capability in self._named():
+            model = tables.gpu_model(name)
+            rows.append((model, tables.capability(capability or (model.capability if model else None))))
+        return rows
+
+    def table_capabilities(self) -> list[Any]:
+        """The kb/tables/gpus.yaml capability row of each GPU whose capability is known."""
+        return [cap for _, cap in self._table_rows() if cap is not None]
+
+    @property
+    def compute_capabilities(self) -> list[str] | None:
+        caps = list(dict.fromkeys(c.capability for c in self.table_capabilities()))
+        return caps or None
+
+    @property
+    def arch(self) -> list[str] | None:
+        """The architectures of the GPUs (ampere, hopper, blackwell...), from kb/tables/gpus.yaml."""
+        archs = list(dict.fromkeys(c.arch for c in self.table_capabilities()))
+        return archs or None
+
+    @property
+    def distinct_archs(self) -> int | None:
+        archs = self.arch
+        return len(archs) if archs else None
+
+    @property
+    def min_cuda(self) -> str | None:
+        """The oldest CUDA runtime whose builds run on every one of these GPUs."""
+        from probes.tables import version
+
+        needs = [c.min_cuda for c in self.table_capabilities()]
+        return max(needs, key=version) if needs else None
+
     @property
     def consumer(self) -> bool | None:
-        """Any GeForce/TITAN-class card: PCIe P2P on these is often unsupported or broken."""
-        models = self.models
-        return any(_CONSUMER_GPU.search(m) for m in models) if models else None
+        """Any consumer (GeForce/TITAN) card: PCIe P2P on these is often unsupported or broken."""
+        from probes.tables import shipped
+
+        names = [n for n, _ in self._named() if n]
+        if not names:
+            return None
+        models = [(n, shipped().gpu_model(n)) for n in names]
+        return any(m.cls == "consumer" if m else bool(_CONSUMER_GPU.search(n)) for n, m in models)
+
+    @property
+    def p2p_support(self) -> list[str] | None:
+        """What the driver offers for PCIe P2P on these models: supported, unreliable, unsupported."""
+        support = list(dict.fromkeys(model.p2p for model, _ in self._table_rows() if model is not None))
+        return support or None
 
     @property
     def p2p_ok(self) -> bool | None:
@@ -206,6 +453,55 @@ class Gpus(Section):
 class Driver(Section):
     version: str | None = None
     cuda_version: str | None = None  # the newest CUDA runtime the driver supports
+    # read with kb/tables/cuda.yaml against the CUDA runtime torch was built with
+    derived: ClassVar[tuple[str, ...]] = ("min_for_torch_cuda", "supports_torch_cuda", "supports_gpus")
+    _owner: _Owner = PrivateAttr(default_factory=_Owner)
+
+    def _floors(self) -> tuple[str, str] | None:
+        from probes.tables import shipped
+
+        facts = self._owner.facts
+        if facts is None or facts.torch.cuda is None:
+            return None
+        return shipped().min_driver(facts.torch.cuda, windows=facts.host.platform == "win32")
+
+    @property
+    def min_for_torch_cuda(self) -> str | None:
+        """The driver the CUDA toolkit of torch's runtime lists as its minimum."""
+        floors = self._floors()
+        return floors[0] if floors else None
+
+    @property
+    def supports_torch_cuda(self) -> bool | None:
+        """Whether this driver runs torch's CUDA runtime: newer, or of the same major version
+        under minor version compatibility (CUDA 11.1 and later)."""
+        from probes.tables import release, version
+
+        floors, torch_cuda = self._floors(), release(self._owner.facts.torch.cuda) if self._owner.facts else None
+        if torch_cuda is None:
+            return None
+        driver, installed = release(self.cuda_version), version(self.version)
+        compat_ok = torch_cuda.major >= 11 and (installed is None or floors is None or installed >= version(floors[1]))
+        if driver is not None:
+            return driver >= torch_cuda or (driver.major == torch_cuda.major and compat_ok)
+        if installed is None or floors is None:
+            return None
+        return installed >= version(floors[1] if torch_cuda.major >= 11 else floors[0])
+
+    @property
+    def supports_gpus(self) -> bool | None:
+        """Whether this driver knows the job's GPUs: it must run the oldest CUDA they need."""
+        from probes.tables import release, shipped, version
+
+        facts = self._owner.facts
+        needed = facts.gpus.min_cuda if facts is not None else None
+        driver, installed = release(self.cuda_version), version(self.version)
+        if needed is None or (driver is None and installed is None):
+            return None
+        if driver is not None:
+            return driver >= release(needed)
+        floors = shipped().min_driver(needed, windows=facts.host.platform == "win32")
+        return None if floors is None else installed >= version(floors[0])
 
 
 # --- launcher -------------------------------------------------------------------------------
@@ -571,6 +867,14 @@ class Facts(_Model):
     # a multi-node job (`diagnose cluster`): the sections above are then rank 0's node
     cluster: Cluster | None = None
     derived: ClassVar[tuple[str, ...]] = ("symptoms",)
+
+    @model_validator(mode="after")
+    def _bind_sections(self) -> Facts:
+        # derived facts that weigh two sections (torch.supports_gpu_arch reads the GPUs) reach
+        # their siblings through this link; assigning a section re-runs it for the new one
+        for section in (self.packages, self.torch, self.gpus, self.driver):
+            section._owner.facts = self
+        return self
 
     @property
     def symptoms(self) -> list[str]:

@@ -1,0 +1,308 @@
+"""Knowledge tables (``kb/tables/*.yaml``): versions and hardware as data, validated and cited.
+
+GPU model -> compute capability, class and P2P support; compute capability -> architecture and
+the oldest CUDA, torch and NCCL that run on it; CUDA release -> minimum driver (Linux,
+Windows); torch release -> the CUDA variants it shipped and the cuDNN and NCCL it bundles; NCCL
+releases with known defects; Lightning, accelerate, transformers and DeepSpeed releases -> the
+torch they need. Each file names its sources. The derived facts of ``probes.facts`` read these
+tables, so rules test ``gpus.arch`` or ``torch.supports_gpu_arch`` and a GPU released next year
+is a table row, not a new pattern.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from probes.signatures import kb_dir
+
+
+class TableError(ValueError):
+    """A table that does not load: the message names the file and the place."""
+
+
+def version(text: str | None) -> Version | None:
+    """A release as packaging reads it, without a local label (``2.5.1+cu124`` -> 2.5.1)."""
+    if not text:
+        return None
+    try:
+        return Version(str(text).split("+")[0].strip())
+    except InvalidVersion:
+        return None
+
+
+def release(text: str | None, parts: int = 2) -> Version | None:
+    """The first ``parts`` components of a release: ``12.4.1`` -> 12.4, for per-minor tables."""
+    v = version(text)
+    return None if v is None else Version(".".join(str(p) for p in (v.release + (0,) * parts)[:parts]))
+
+
+def _check_version(value: str | None) -> str | None:
+    if value is not None and version(value) is None:
+        raise ValueError(f"not a version: {value!r}")
+    return value
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Capability(_Row):
+    capability: str
+    arch: str = Field(pattern=r"^[a-z]+$")
+    min_cuda: str
+    last_cuda: str | None = None
+    torch_last_cuda: str | None = None
+    min_torch: str | None = None
+    min_nccl: str | None = None
+
+    check_versions = field_validator(
+        "capability", "min_cuda", "last_cuda", "torch_last_cuda", "min_torch", "min_nccl"
+    )(_check_version)
+
+
+class GpuModel(_Row):
+    name: str = Field(min_length=2)
+    capability: str
+    cls: Literal["consumer", "workstation", "datacenter"] = Field(alias="class")
+    p2p: Literal["supported", "unreliable", "unsupported"]
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        # a whole word or phrase, so "L4" is not found inside "L40" nor "A10" inside "A100"; people
+        # write GeForce cards by number alone ("4x 4090"), so the brand words are optional there
+        brand = re.match(r"GeForce (?:(RTX|GTX) )?", self.name)
+        body = re.escape(self.name[brand.end() :] if brand else self.name)
+        if brand:
+            body = "(?:GeForce )?" + (f"(?:{brand.group(1)} )?" if brand.group(1) else "") + body
+        return re.compile(r"(?<![A-Za-z0-9])" + body + r"(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+class DriverFloor(_Row):
+    linux: str
+    windows: str
+    check_versions = field_validator("linux", "windows")(_check_version)
+
+
+class CudaRelease(DriverFloor):
+    cuda: str
+    check_cuda = field_validator("cuda")(_check_version)
+
+
+class MinorCompat(DriverFloor):
+    major: int
+
+
+class TorchRelease(_Row):
+    torch: str
+    cuda: list[str] = Field(min_length=1)
+    cudnn: str
+    nccl: str
+
+    @field_validator("torch", "cudnn", "nccl")
+    @classmethod
+    def _one(cls, value: str) -> str:
+        return _check_version(value) or value
+
+    @field_validator("cuda")
+    @classmethod
+    def _many(cls, values: list[str]) -> list[str]:
+        for value in values:
+            _check_version(value)
+        return values
+
+
+def _check_specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier:
+        raise ValueError(f"not a version specifier: {value!r}") from None
+    return value
+
+
+class NcclIssue(_Row):
+    versions: str
+    issue: str
+    fixed_in: str
+    workaround: str
+    reference: str = Field(pattern=r"^https://")
+    check_spec = field_validator("versions")(_check_specifier)
+    check_fixed = field_validator("fixed_in")(_check_version)
+
+
+class Requirement(_Row):
+    since: str
+    torch: str
+    check_since = field_validator("since")(_check_version)
+    check_spec = field_validator("torch")(_check_specifier)
+
+
+class _File(_Row):
+    sources: list[str] = Field(min_length=1)
+
+    @field_validator("sources")
+    @classmethod
+    def _urls(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if not v.startswith("https://")]
+        if bad:
+            raise ValueError(f"a source is a https:// address (got {bad[0]!r})")
+        return values
+
+
+class GpusFile(_File):
+    capabilities: list[Capability] = Field(min_length=1)
+    models: list[GpuModel] = Field(min_length=1)
+
+
+class CudaFile(_File):
+    releases: list[CudaRelease] = Field(min_length=1)
+    minor_version_compatibility: list[MinorCompat]
+
+
+class TorchFeature(_Row):
+    feature: str = Field(pattern=r"^[a-z_]+$")
+    since: str
+    module: str
+    check_since = field_validator("since")(_check_version)
+
+
+class TorchFile(_File):
+    releases: list[TorchRelease] = Field(min_length=1)
+    features: list[TorchFeature] = Field(default_factory=list)
+
+
+class NcclFile(_File):
+    known_issues: list[NcclIssue]
+
+
+class PackagesFile(_File):
+    requirements: dict[str, list[Requirement]]
+
+
+_FILES: dict[str, type[_File]] = {
+    "gpus": GpusFile, "cuda": CudaFile, "torch": TorchFile, "nccl": NcclFile, "packages": PackagesFile,
+}  # fmt: skip
+
+
+class Tables:
+    """The loaded tables, with the look-ups the derived facts use."""
+
+    def __init__(self, files: dict[str, Any]):
+        self.gpus: GpusFile = files["gpus"]
+        self.cuda: CudaFile = files["cuda"]
+        self.torch: TorchFile = files["torch"]
+        self.nccl: NcclFile = files["nccl"]
+        self.packages: PackagesFile = files["packages"]
+        self._capabilities = {Version(c.capability): c for c in self.gpus.capabilities}
+
+    @property
+    def sources(self) -> dict[str, list[str]]:
+        return {name: getattr(self, name).sources for name in _FILES}
+
+    def gpu_model(self, name: str | None) -> GpuModel | None:
+        """The row whose name appears in ``name``; the longest such name wins."""
+        if not name:
+            return None
+        found = [m for m in self.gpus.models if m.pattern.search(name)]
+        return max(found, key=lambda m: len(m.name)) if found else None
+
+    def capability(self, capability: str | None) -> Capability | None:
+        v = version(capability)
+        return None if v is None else self._capabilities.get(v)
+
+    def min_driver(self, cuda: str | None, windows: bool) -> tuple[str, str] | None:
+        """(driver the toolkit lists, driver minor version compatibility allows) for a runtime."""
+        wanted = release(cuda)
+        if wanted is None:
+            return None
+        row = next((r for r in self.cuda.releases if release(r.cuda) == wanted), None)
+        compat = next((c for c in self.cuda.minor_version_compatibility if c.major == wanted.major), None)
+        if row is None and compat is None:
+            return None
+        own = row or compat
+        floor = compat or row
+        assert own is not None and floor is not None
+        pick = (lambda r: r.windows) if windows else (lambda r: r.linux)
+        return pick(own), pick(floor)
+
+    def torch_release(self, torch_version: str | None) -> TorchRelease | None:
+        wanted = release(torch_version)
+        return next((r for r in self.torch.releases if release(r.torch) == wanted), None) if wanted else None
+
+    def torch_missing(self, torch_version: str | None) -> list[TorchFeature] | None:
+        """The features of the torch table that ``torch_version`` predates."""
+        v = version(torch_version)
+        return None if v is None else [f for f in self.torch.features if v < Version(f.since)]
+
+    def nccl_issues(self, nccl: str | None) -> list[NcclIssue]:
+        v = version(nccl)
+        return [i for i in self.nccl.known_issues if v in SpecifierSet(i.versions)] if v else []
+
+    def torch_requirement(self, package: str, installed: str | None) -> SpecifierSet | None:
+        """What ``package`` at version ``installed`` needs of torch (None: no row covers it)."""
+        v = version(installed)
+        # pytorch-lightning and lightning are one project released under two names, in step
+        rows = self.packages.requirements.get("lightning" if package == "pytorch-lightning" else package, [])
+        covering = [r for r in rows if v is not None and Version(r.since) <= v]
+        return SpecifierSet(max(covering, key=lambda r: Version(r.since)).torch) if covering else None
+
+
+def _place(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def _row_line(text: str, loc: tuple[Any, ...]) -> str:
+    # the line of the failing row: the n-th "- " item under the named list, counted in the text
+    if len(loc) >= 2 and isinstance(loc[0], str) and isinstance(loc[1], int):
+        lines = text.splitlines()
+        start = next((i for i, l in enumerate(lines) if re.match(rf"\s*{re.escape(loc[0])}:", l)), None)
+        if start is not None:
+            items = [i for i in range(start + 1, len(lines)) if re.match(r"\s*- ", lines[i])]
+            if loc[1] < len(items):
+                return f":{items[loc[1]] + 1}"
+    return ""
+
+
+def load_tables(root: Path | None = None) -> Tables:
+    """Read ``tables/*.yaml`` under ``root`` (the shipped kb/); a bad table raises TableError."""
+    folder = (root or kb_dir()) / "tables"
+    files: dict[str, Any] = {}
+    for name, model in _FILES.items():
+        path = folder / f"{name}.yaml"
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = yaml.safe_load(text)
+        except OSError as exc:
+            raise TableError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark else str(path)
+            raise TableError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        try:
+            files[name] = model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            message = first["msg"].removeprefix("Value error, ")
+            raise TableError(f"{path}{_row_line(text, first['loc'])}: {_place(first['loc'])}: {message}") from None
+        if name == "gpus":
+            known = {version(c.capability) for c in files[name].capabilities}
+            for i, m in enumerate(files[name].models):
+                if version(m.capability) not in known:
+                    where = _row_line(text, ("models", i))
+                    raise TableError(f"{path}{where}: models[{i}].capability: no row for compute capability {m.capability}")
+    return Tables(files)
+
+
+@functools.cache
+def shipped() -> Tables:
+    return load_tables()
