@@ -62,24 +62,36 @@ class KB:
 
 
 _PLAIN_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
+# A rule file is a few hundred values a dozen levels deep. The caps stop a hostile file
+# (an alias bomb expands exponentially in a walk; deep nesting exhausts the stack) early.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_VALUES = 20_000
 
 
-def _to_python(node: yaml.Node, loader: yaml.SafeLoader, loc: tuple, lines: dict[tuple, int]) -> Any:
+def _to_python(node: yaml.Node, loader: yaml.SafeLoader, loc: tuple, lines: dict[tuple, int], budget: list[int]) -> Any:
     lines[loc] = node.start_mark.line + 1
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _YamlProblem(lines[loc], f"more than {MAX_VALUES} values (aliases expanding?)")
+    if len(loc) > MAX_DEPTH:
+        raise _YamlProblem(lines[loc], f"nested deeper than {MAX_DEPTH} levels")
     if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
         # the safe constructor would refuse this too; say so instead of silently dropping the tag
         raise _YamlProblem(lines[loc], f"unsupported tag {node.tag!r}: rule files are plain data")
     if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                # merge keys copy whole mappings (an exponential bomb of their own)
+                raise _YamlProblem(key_node.start_mark.line + 1, "a key is plain text (no merge keys, no complex keys)")
             key = loader.construct_object(key_node, deep=True)
             if key in out:
                 raise _YamlProblem(key_node.start_mark.line + 1, f"duplicate key '{key}'")
-            out[key] = _to_python(value_node, loader, loc + (key,), lines)
+            out[key] = _to_python(value_node, loader, loc + (key,), lines, budget)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, loader, loc + (i,), lines) for i, item in enumerate(node.value)]
+        return [_to_python(item, loader, loc + (i,), lines, budget) for i, item in enumerate(node.value)]
     return loader.construct_object(node, deep=True)
 
 
@@ -94,8 +106,10 @@ def read_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
     try:
         node = loader.get_single_node()
         lines: dict[tuple, int] = {}
-        data = None if node is None else _to_python(node, loader, (), lines)
+        data = None if node is None else _to_python(node, loader, (), lines, [MAX_VALUES])
         return data, lines
+    except RecursionError:  # PyYAML's composer recurses once per level of nesting
+        raise _YamlProblem(loader.line + 1, f"nested deeper than {MAX_DEPTH} levels") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise _YamlProblem(mark.line + 1 if mark else 1, str(exc.problem or exc.context)) from None
@@ -135,6 +149,8 @@ def load_rule_file(path: Path, root: Path) -> Rule:
     """Load one rule; raises KBError with ``FILE:LINE: place: message`` lines."""
     display = str(path)
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise KBError([f"{display}:1: larger than {MAX_FILE_BYTES >> 10} KiB: a rule file is small"])
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KBError([f"{display}:1: cannot read: {exc}"]) from None
@@ -167,9 +183,29 @@ def rule_files(root: Path) -> list[Path]:
     return [p for p in sorted(root.rglob("*.yaml")) if p.relative_to(root).parts[0] not in NOT_RULES]
 
 
+def _folders(extra: Any) -> list[Path]:
+    """Rule folders from what a caller passed: one path or a list of them; bytes paths decoded."""
+    import os
+
+    if isinstance(extra, (str, bytes, os.PathLike)):
+        extra = [extra]  # one folder, not its characters
+    try:
+        items = list(extra)
+    except TypeError:
+        raise TypeError(f"rule folders: a path or a list of paths, not {type(extra).__name__}") from None
+    folders = []
+    for item in items:
+        if isinstance(item, bytes):
+            item = os.fsdecode(item)
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"rule folder: a path, not {type(item).__name__} ({item!r:.40})")
+        folders.append(Path(item))
+    return folders
+
+
 def load_kb(extra: list[str | Path] | tuple = (), *, shipped: bool = True) -> KB:
     """The shipped rules plus every ``*.yaml`` under each extra folder; all-or-nothing."""
-    roots = ([shipped_kb_dir()] if shipped else []) + [Path(p) for p in extra]
+    roots = ([shipped_kb_dir()] if shipped else []) + _folders(extra)
     rules: list[Rule] = []
     files: dict[str, Path] = {}
     problems: list[str] = []

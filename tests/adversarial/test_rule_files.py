@@ -1,0 +1,58 @@
+"""Hostile rule files stop the load with one FILE:LINE line, quickly; library inputs are checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from diagnose.kb import MAX_DEPTH, MAX_VALUES, KBError, load_kb
+
+ALIAS_BOMB = "\n".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    + ["id: area.bomb"]
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "message"),
+    [
+        (ALIAS_BOMB, 1, f"more than {MAX_VALUES} values"),
+        ("a: " + "[" * 5000 + "]" * 5000, 1, f"nested deeper than {MAX_DEPTH} levels"),
+        ("a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 60)) , None, f"nested deeper than {MAX_DEPTH} levels"),
+        ("base: &b {id: x}\nrule:\n  <<: *b\n", 3, "no merge keys"),
+        ("? [a, b]\n: c\n", 1, "a key is plain text"),
+    ],
+    ids=["alias-bomb", "deep-flow", "deep-block", "merge-key", "complex-key"],
+)
+def test_hostile_yaml_is_a_load_error_with_its_line(tmp_path: Path, content: str, line: int | None, message: str) -> None:
+    path = tmp_path / "area" / "bomb.yaml"
+    path.parent.mkdir()
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(KBError) as caught:
+        load_kb([tmp_path], shipped=False)
+    problem = caught.value.problems[0]
+    assert problem.startswith(f"{path}:{line if line else ''}") and message in problem and "\n" not in problem
+
+
+def test_a_huge_rule_file_is_refused_unread(tmp_path: Path) -> None:
+    path = tmp_path / "area" / "huge.yaml"
+    path.parent.mkdir()
+    with path.open("wb") as f:
+        f.truncate(2 << 20)
+    with pytest.raises(KBError, match=r"huge.yaml:1: larger than 1024 KiB"):
+        load_kb([tmp_path], shipped=False)
+
+
+def test_one_folder_as_a_string_or_bytes_is_one_folder(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    for given in (str(missing), bytes(missing), missing):
+        with pytest.raises(KBError, match=f"^{missing}: not a rule folder$"):
+            load_kb(given, shipped=False)
+
+
+@pytest.mark.parametrize("given", [42, [3.5], [None]])
+def test_other_types_are_a_clear_type_error(given: object) -> None:
+    with pytest.raises(TypeError, match="rule folder"):
+        load_kb(given, shipped=False)
