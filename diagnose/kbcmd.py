@@ -79,6 +79,8 @@ def paths(args: argparse.Namespace) -> int:
 SKELETON = {
     "title": "TODO: the cause in one line, as a user would say it",
     "severity": "error",
+    "explains": ["hang"],  # the symptoms of kb/symptoms.yaml this cause produces
+    "prior": 0.17,
     "status": "preview",
     "since": None,
     "when": [],

@@ -115,3 +115,9 @@ def test_shipped_kb_loads_and_covers_the_seed_causes():
         "devices.duplicate-gpu",
         "devices.hook-device-mismatch",
     } <= ids
+
+
+def test_every_shipped_rule_explains_a_symptom():
+    from diagnose.kb import load_kb
+
+    assert [r.id for r in load_kb().rules if not r.explains] == []
