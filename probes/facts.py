@@ -117,6 +117,13 @@ class Packages(KeyedSection):
     def normalise(self, key: str) -> str:
         return canonical_package(key)
 
+    def lookup(self, key: str) -> tuple[bool, Any]:
+        # a derived name is a fact about the packages, never a package called that
+        if key in self.derived:
+            value = getattr(self, key)
+            return value is not None, value
+        return super().lookup(key)
+
     def _torch_version(self) -> str | None:
         torch = self.values.get("torch")
         return torch or (self._owner.facts.torch.version if self._owner.facts is not None else None)
