@@ -46,7 +46,9 @@ import psutil
 
 from diagnose.cli import Exit, UsageError, kb_option, Parser
 from probes.facts import Hang
-from probes.hang import HOOK_DIR, HOOK_SIGNAL, collect_hang, find_pyspy, find_ranks, spin_signature, take_stacks
+from probes.hang import (
+    HOOK_DIR, HOOK_SIGNAL, RankProcess, collect_hang, find_pyspy, find_ranks, first_failure, spin_signature, take_stacks,
+)
 from probes.runner import kill_tree
 
 DEFAULT_HANG_AFTER_S = 300.0
@@ -60,6 +62,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 ADOPTED_GRACE_S = 1.0  # a daemon the job left behind gets this long to exit on TERM
 LIVE_JOIN_S = 30.0
+LAST_LINE_BYTES = 4096
 LIVE_SECTIONS = ("host", "packages", "torch", "gpus", "driver", "env", "launcher")
 
 
@@ -213,11 +216,13 @@ class _RankWatch:
         self.seen: dict[int, tuple[float, float, int]] = {}  # pid -> (when, CPU seconds, characters read + written)
         self.refreshed = 0.0
         self.rank_env: dict[str, str] | None = None
+        self.seen_ranks: dict[int, RankProcess] = {}  # every rank process ever found, by pid
 
     def _refresh(self, now: float) -> None:
         self.refreshed = now
         procs = {}
         for rank in find_ranks(self.root_pid):
+            self.seen_ranks[rank.pid] = rank
             try:
                 procs[rank.pid] = self.procs.get(rank.pid) or psutil.Process(rank.pid)
                 if self.rank_env is None and rank.local_rank is not None:
@@ -427,7 +432,8 @@ def supervise(
             with _Interrupts(proc, grace, stderr) as interrupts:
                 result = _watch(
                     proc, tee, cpu, interrupts, hang_after=hang_after, keep=keep, grace=grace,
-                    collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods),
+                    collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods,
+                                                 known=list(cpu.seen_ranks.values())),
                     sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
                 )
                 if gathered is not None:
@@ -515,7 +521,7 @@ def _watch(proc: subprocess.Popen, tee: _Tee, cpu: _RankWatch, interrupts: _Inte
                 f"no output for {now - tee.last_output:.0f}s; the ranks kept a CPU busy without leaving "
                 "their collective (busy-waiting)"
             )
-            result.idle_s = round(now - tee.last_output, 1)
+            result.idle_s = round(max(0.0, now - tee.last_output), 1)
         if keep:
             result.kept_pid = proc.pid
         else:
@@ -536,7 +542,7 @@ def run_facts(command: Sequence[str], result: RunResult):
     from probes import env as env_probe
     from probes import launcher as launcher_probe
     from probes.facts import Facts, ProbeError
-    from probes.log import LogError, read_log
+    from probes.log import LogError, log_from_text, read_log
 
     facts = Facts(
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -559,11 +565,26 @@ def run_facts(command: Sequence[str], result: RunResult):
         facts.launcher = launcher_probe.probe(result.rank_env)
         facts.env = env_probe.probe(result.rank_env)
     hang = result.hang if result.hang is not None else Hang(source="hang", detected=False)
+    if result.log_path is not None:
+        hang.last_output = _last_line(result.log_path, result.log_bytes)
+    if result.outcome == "crashed" and result.log_path is not None:
+        facts.hang = hang
+        with open(result.log_path, encoding="utf-8", errors="replace") as f:
+            hang.first_failure = first_failure(f, first_failing_rank(facts), log_from_text)
     hang.outcome = result.outcome
     hang.exit_code = result.exit_code if result.outcome != "hung" else None
     hang.idle_s = result.idle_s
     facts.hang = hang
     return facts
+
+
+def _last_line(path: Path, limit: int) -> str | None:
+    """The last non-empty line among the first ``limit`` bytes of the log."""
+    with open(path, "rb") as f:
+        f.seek(max(0, limit - LAST_LINE_BYTES))
+        tail = f.read(min(limit, LAST_LINE_BYTES)).decode("utf-8", errors="replace")
+    lines = [line.strip() for line in tail.replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else None
 
 
 class _Prefix:
@@ -589,8 +610,11 @@ def summary_lines(result: RunResult, facts, out: Path) -> list[str]:
             f" of {len(ranks)} rank(s) taken with {', '.join(methods) or 'nothing'}"
         )
         for rank in ranks:
-            where = f" at {rank.user_frame.file}:{rank.user_frame.line}" if rank.user_frame else ""
-            lines.append(f"  rank {_rank_name(rank)}: waits in {rank.waiting_in or 'unknown'}{where}")
+            lines.append(f"  rank {_rank_name(rank)}: {_where(rank)}")
+        if facts.hang.sequence not in (None, "in-step"):
+            lines.append(f"  flight recorder, read as a sequence: {SEQUENCE_WORDS[facts.hang.sequence]}")
+        for call in facts.hang.rank_zero_calls or []:
+            lines.append(f"  source: {call.call} at {call.file}:{call.line} runs only under `{call.condition}`")
         for straggler in facts.hang.stragglers or []:
             if straggler.ops:
                 calls = ", ".join(f"{op} on rank {rank}" for rank, op in straggler.ops.items())
@@ -611,8 +635,31 @@ def summary_lines(result: RunResult, facts, out: Path) -> list[str]:
         what = "was interrupted" if result.outcome == "interrupted" else "failed"
         first = first_failing_rank(facts)
         lines.append(f"the job {what} (exit {result.exit_code})" + (f"; first failing rank: {first}" if first is not None else ""))
+        failure = facts.hang.first_failure
+        if failure is not None and failure.exception:
+            at = f" at {failure.user_frame.file}:{failure.user_frame.line}" if failure.user_frame else ""
+            lines.append(f"  its exception: {failure.exception}: {(failure.message or '')[:160]}{at}")
     lines.append(f"log, report and dumps saved in {out}")
     return lines
+
+
+SEQUENCE_WORDS = {
+    "uneven-iterations": "every rank repeated the same collectives until some ranks ran one more step (uneven batches)",
+    "size-mismatch": "the ranks called one collective with tensors of different shapes",
+    "different-ops": "the ranks called different collectives at the same point (divergent code)",
+    "rank-behind": "some ranks have not issued the collective the others wait in",
+}
+
+
+def _where(rank) -> str:
+    """One rank's place: what it does, the user's line, and the library call it is in."""
+    at = f" at {rank.user_frame.file}:{rank.user_frame.line}" if rank.user_frame else ""
+    via = f" (in {rank.library_frame.function})" if rank.library_frame and rank.library_frame.function else ""
+    if rank.activity == "exited":
+        return "exited while the others still ran"
+    if rank.activity in ("compute", "io", "data") and rank.waiting_in in ("user_code", "other"):
+        return f"busy in its own work{at}"
+    return f"waits in {rank.waiting_in or 'unknown'}{at}{via}"
 
 
 def first_failing_rank(facts) -> int | None:

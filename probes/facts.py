@@ -613,6 +613,7 @@ class Collective(_Model):
     state: str | None = None  # scheduled, started, completed
     pg: str | None = None  # process group name
     frame: Frame | None = None  # the innermost frame of the user's code that issued it
+    sizes: list[list[int]] | None = None  # input tensor shapes
 
 
 class Straggler(_Model):
@@ -626,6 +627,28 @@ class Straggler(_Model):
     ops: dict[str, str] = Field(default_factory=dict)  # rank -> op, when ranks disagree on seq
 
 
+class SourceCall(_Model):
+    """A call in the job's own source that synchronises ranks, inside a branch only some
+    ranks take (``if self.trainer.is_global_zero:``, ``if rank == 0:``, ``@rank_zero_only``)."""
+
+    file: str
+    line: int
+    call: str  # self.log, dist.barrier, self.all_gather, ...
+    condition: str  # the branch's test as written, or the decorator
+
+
+class Failure(_Model):
+    """The exception the first failing rank raised, read from its own output."""
+
+    rank: int | None = None
+    exception: str | None = None  # the type, as printed: ValueError, torch.distributed.DistBackendError
+    message: str | None = None
+    user_frame: Frame | None = None  # innermost frame of the user's code in its traceback
+    signatures: list[str] = Field(default_factory=list)  # what the catalog recognises in that traceback
+    # a signature more specific than "a Python exception" names it: then the cascade is not the answer
+    explained: bool | None = None
+
+
 class RankStack(_Model):
     rank: int | None = None
     local_rank: int | None = None
@@ -636,6 +659,11 @@ class RankStack(_Model):
     waiting_in: str | None = None  # barrier, all_reduce, init_process_group, ...
     frames: list[Frame] = Field(default_factory=list)
     user_frame: Frame | None = None  # innermost frame of the user's own code
+    library_frame: Frame | None = None  # the recognised library call it waits in (``waiting_in``'s frame)
+    # collective: waits on its peers; data: for a batch; io: loading, saving, importing;
+    # compute: its own work (or a sleep); exited: gone while the others still ran
+    activity: Literal["collective", "data", "io", "compute", "exited"] | None = None
+    rank_branch: str | None = None  # the test of a rank-only branch one of its user frames is in
     collectives: list[Collective] | None = None  # Flight Recorder: the last ones, oldest first
 
 
@@ -647,7 +675,16 @@ class Hang(Section):
     exit_code: int | None = None
     idle_s: float | None = None
     stragglers: list[Straggler] | None = None  # from Flight Recorder dumps
-    derived: ClassVar[tuple[str, ...]] = ("waiting_in", "divergent")
+    # the Flight Recorder read as sequences where ranks part: uneven-iterations (the same
+    # collective repeated until some ranks do one more), size-mismatch (one op, different
+    # shapes), different-ops (different ops at one sequence number), rank-behind (some ranks
+    # never issued what the others wait in), in-step
+    sequence: Literal["uneven-iterations", "size-mismatch", "different-ops", "rank-behind", "in-step"] | None = None
+    slow_ranks: list[int] | None = None  # ranks busy with their own work while all others wait in a collective
+    rank_zero_calls: list[SourceCall] | None = None  # collectives in the job's source that only some ranks reach
+    first_failure: Failure | None = None  # a crashed job: the first failing rank's exception
+    last_output: str | None = None  # the job's last line of output before the hang
+    derived: ClassVar[tuple[str, ...]] = ("waiting_in", "divergent", "rank_branch_waits", "rank_zero_call_sites")
 
     @property
     def waiting_in(self) -> list[str] | None:
@@ -660,6 +697,21 @@ class Hang(Section):
         """Ranks stuck in different places: the signature of a collective reached by a subset."""
         places = self.waiting_in
         return None if places is None else len(places) > 1
+
+    @property
+    def rank_branch_waits(self) -> bool | None:
+        """Some rank waits in a collective it reached through a branch only some ranks take."""
+        if not self.ranks:
+            return None
+        return any(r.activity == "collective" and r.rank_branch for r in self.ranks)
+
+    @property
+    def rank_zero_call_sites(self) -> list[str] | None:
+        """``FILE:LINE CALL under CONDITION`` for each of ``rank_zero_calls``: rules match the
+        call, evidence shows the line a fix has to change."""
+        if self.rank_zero_calls is None:
+            return None
+        return [f"{c.file}:{c.line} {c.call} under {c.condition}" for c in self.rank_zero_calls]
 
 
 # --- the whole --------------------------------------------------------------------------------

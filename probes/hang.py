@@ -44,6 +44,8 @@ first collective of each process group that some ranks entered and others never 
 
 from __future__ import annotations
 
+import ast
+import functools
 import io
 import json
 import os
@@ -59,12 +61,13 @@ from pathlib import Path
 
 import psutil
 
-from probes.facts import Collective, Frame, Hang, RankStack, Straggler
+from probes.facts import Collective, Failure, Frame, Hang, RankStack, SourceCall, Straggler
 from probes.runner import Result
 from probes.runner import run as run_command
 
 MAX_FRAMES = 40
 LAST_COLLECTIVES = 5
+MAX_STEP_OPS = 16  # the most collectives one training step issues that the sequence reader looks for
 PYSPY_TIMEOUT_S = 10.0
 FAULTHANDLER_WAIT_S = 3.0
 HOOK_DIR = Path(__file__).parent / "_hook"
@@ -132,15 +135,30 @@ def is_library(path: str) -> bool:
 
 def classify(frames: Sequence[Frame]) -> str | None:
     """Where a stack (innermost frame first) waits; None for an empty stack."""
+    return _classified(frames)[0]
+
+
+def _classified(frames: Sequence[Frame]) -> tuple[str | None, Frame | None]:
+    """(waiting_in, the library frame that names it)."""
     if not frames:
-        return None
+        return None, None
     for frame in frames:
         path = frame.file.replace("\\", "/")
         function = (frame.function or "").rsplit(".", 1)[-1]
         for name, file_re, function_re in _WAIT_PATTERNS:
             if file_re.search(path) and function_re.fullmatch(function):
-                return name
-    return "other" if is_library(frames[0].file) else "user_code"
+                return name, frame
+    return ("other" if is_library(frames[0].file) else "user_code"), None
+
+
+_ACTIVITY = {"dataloader": "data", "load": "io", "save": "io", "import": "io"}
+
+
+def activity(waiting_in: str | None) -> str | None:
+    """What a rank is doing, in the coarse terms of ``RankStack.activity``."""
+    if waiting_in is None:
+        return None
+    return "collective" if waiting_in in PEER_WAITS else _ACTIVITY.get(waiting_in, "compute")
 
 
 def user_frame(frames: Sequence[Frame]) -> Frame | None:
@@ -148,8 +166,10 @@ def user_frame(frames: Sequence[Frame]) -> Frame | None:
 
 
 def rank_stack(frames: list[Frame], **fields) -> RankStack:
+    waiting_in, library = _classified(frames)
     return RankStack(
-        frames=frames[:MAX_FRAMES], waiting_in=classify(frames), user_frame=user_frame(frames), **fields
+        frames=frames[:MAX_FRAMES], waiting_in=waiting_in, user_frame=user_frame(frames), library_frame=library,
+        activity=activity(waiting_in), rank_branch=rank_branch(frames), **fields
     )
 
 
@@ -298,13 +318,44 @@ def _is_python(proc: psutil.Process) -> bool:
         return False
 
 
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
+def _spawned_ranks(tree: list[psutil.Process], parents: dict[int, int | None]) -> list[RankProcess]:
+    """Ranks started by ``torch.multiprocessing.spawn`` (or Lightning's ddp_spawn), which get
+    their rank as an argument, not in the environment: the spawned children of one parent, in
+    the order they were started, which is the order of their ranks."""
+    spawned = [p for p in tree if "spawn_main" in _cmdline(p)]
+    spawned_pids = {p.pid for p in spawned}
+    by_parent: dict[int | None, list[psutil.Process]] = {}
+    for proc in spawned:
+        if parents[proc.pid] not in spawned_pids:  # a DataLoader worker of a spawned rank is no rank
+            by_parent.setdefault(parents[proc.pid], []).append(proc)
+    if len(by_parent) != 1:
+        return []
+
+    def started(proc: psutil.Process) -> float:
+        try:
+            return proc.create_time()
+        except psutil.Error:
+            return 0.0
+
+    children = sorted(next(iter(by_parent.values())), key=lambda p: (started(p), p.pid))
+    return [RankProcess(p.pid, rank, rank) for rank, p in enumerate(children)]
+
+
 def find_ranks(root_pid: int) -> list[RankProcess]:
     """The rank processes of the job under ``root_pid``.
 
     A rank has RANK or LOCAL_RANK in its environment and a parent without the same values
     (DataLoader workers and other helpers inherit them). Lightning's own launcher runs rank
     0 in the parent, whose environment names no rank: a Python parent of ranks that is not
-    a launcher (torchrun, deepspeed, accelerate) is local rank 0. A job with no rank at all
+    a launcher (torchrun, deepspeed, accelerate) is local rank 0. Processes started by
+    multiprocessing's spawn are ranks in the order they started. A job with no rank at all
     (one process) reports its top Python processes.
     """
     try:
@@ -337,6 +388,8 @@ def find_ranks(root_pid: int) -> list[RankProcess]:
         if not launcher:
             children = [r.rank for r in found if r.rank is not None and parents[r.pid] == pid]
             found.append(RankProcess(pid, min(children) - 1 if children else None, 0))
+    if not found:
+        found = _spawned_ranks(tree, parents)
     if not found:
         pythons = [p for p in tree if _is_python(p)]
         python_pids = {p.pid for p in pythons}
@@ -382,12 +435,14 @@ def _collective(entry: dict) -> Collective:
         for f in entry.get("frames") or []
         if isinstance(f, dict)
     ]
+    sizes = entry.get("input_sizes")
     return Collective(
         seq=seq if isinstance(seq, int) else None,
         op=name.split(":", 1)[-1] or None,
         state=entry.get("state"),
         pg=pg,
         frame=user_frame(frames),
+        sizes=sizes if isinstance(sizes, list) and all(isinstance(x, list) and all(isinstance(d, int) for d in x) for x in sizes) else None,
     )
 
 
@@ -472,6 +527,256 @@ def request_flight_recorder(hook_dir: Path, pids: Iterable[int], fr_dir: Path, w
     return asked
 
 
+# --- the Flight Recorder as sequences ----------------------------------------------------------
+
+
+def _key(c: Collective) -> tuple:
+    return c.op, json.dumps(c.sizes)
+
+
+def sequence(per_rank: dict[int, list[Collective]], stacks: Sequence[RankStack] = ()) -> str | None:
+    """Where the ranks' collective sequences part, in the terms of ``Hang.sequence``.
+
+    The default group's collectives (the first group every rank recorded) are compared
+    sequence number by sequence number. At the first number where they differ: one op with
+    different shapes is a size mismatch; on one side a collective the ranks had already
+    repeated (same op, same shapes: a training step's) and on the other something else, or
+    nothing because the rank exited, is uneven iterations; other differing ops are divergent
+    code. Ranks that agree all along but some went further: a rank behind, unless it exited
+    and the others repeat a step's collective (uneven again).
+    """
+    series = {rank: {c.seq: c for c in entries if c.seq is not None and c.op not in ("send", "recv")}
+              for rank, entries in per_rank.items()}
+    if not any(series.values()):
+        return None
+    pgs = [{c.pg for c in s.values()} for s in series.values() if s]
+    pg = sorted(set.intersection(*pgs), key=str)[0] if set.intersection(*pgs) else None
+    # a rank that dumped but issued nothing in the group yet stands at sequence number 0
+    series = {rank: {0: Collective(seq=0), **{seq: c for seq, c in s.items() if c.pg == pg}} for rank, s in series.items()}
+    exited = any(st.activity == "exited" for st in stacks)
+
+    def continues(rank: int, seq: int) -> bool:
+        """Whether the rank's collective at ``seq`` carries on the pattern its collectives
+        repeated just before (a training step's: the same ops, the same shapes)."""
+        history = [_key(series[rank][n]) for n in range(seq - 2 * MAX_STEP_OPS, seq) if n in series[rank]]
+        for period in range(1, MAX_STEP_OPS + 1):
+            if len(history) >= 2 * period and history[-period:] == history[-2 * period:-period]:
+                return seq in series[rank] and _key(series[rank][seq]) == history[-period]
+        return False
+
+    low = min(max(s) for s in series.values())
+    high = max(max(s) for s in series.values())
+    start = max(min(s) for s in series.values())
+    for seq in range(start, low + 1):
+        at = {rank: s.get(seq) for rank, s in series.items()}
+        if any(c is None for c in at.values()):
+            continue  # fell out of one rank's ring buffer
+        if len({_key(c) for c in at.values()}) == 1:
+            continue
+        if len({c.op for c in at.values()}) == 1:
+            return "size-mismatch"
+        step = [rank for rank in at if continues(rank, seq)]
+        return "uneven-iterations" if step and len(step) < len(at) else "different-ops"
+    if high == low:
+        return "uneven-iterations" if exited and all(continues(rank, low) for rank in series) else "in-step"
+    ahead = [rank for rank, s in series.items() if max(s) > low]
+    if exited and all(continues(rank, low + 1) for rank in ahead):
+        return "uneven-iterations"
+    return "rank-behind"
+
+
+def slow_ranks(stacks: Sequence[RankStack]) -> list[int]:
+    """Ranks busy with their own work while every other rank waits in a collective."""
+    waiting = [s for s in stacks if s.activity == "collective"]
+    busy = [s for s in stacks if s.activity in ("compute", "io", "data")]
+    if not waiting or not busy or len(waiting) + len(busy) != len(stacks):
+        return []
+    return sorted(s.rank for s in busy if s.rank is not None)
+
+
+# --- the job's own source: branches only some ranks take ---------------------------------------
+
+_RANK_TEST = re.compile(
+    r"\b(global_rank|local_rank|node_rank|rank|is_global_zero|is_local_zero|is_main_process|is_local_main_process|"
+    r"process_index|local_process_index|get_rank\(\)|RANK|LOCAL_RANK)\b"
+)
+_RANK_DECORATOR = re.compile(r"\brank_zero_only\b|\bon_main_process\b|\bon_local_main_process\b")
+# calls every rank must make: torch.distributed, Lightning, Fabric, accelerate
+_SYNC_CALLS = frozenset({
+    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
+    "broadcast", "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
+    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "wait_for_everyone",
+    "gather_for_metrics", "reduce_boolean_decision",
+})
+_SYNC_IF_KEYWORD = {"log": "sync_dist", "log_dict": "sync_dist"}  # self.log(..., sync_dist=True)
+MAX_SOURCE_BYTES = 2_000_000
+
+
+@functools.lru_cache(maxsize=64)
+def _branches(path: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, test) of each stretch of a file only some ranks run: the body
+    of an ``if`` on a rank (its ``else`` too), a ``rank_zero_only`` function."""
+    try:
+        with open(path, "rb") as f:
+            source = f.read(MAX_SOURCE_BYTES + 1)
+        if len(source) > MAX_SOURCE_BYTES:
+            return ()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if _RANK_TEST.search(test):
+                for body in (node.body, node.orelse):
+                    if body:
+                        found.append((body[0].lineno, body[-1].end_lineno or body[-1].lineno, f"if {test}:"))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                text = ast.unparse(decorator)
+                if _RANK_DECORATOR.search(text):
+                    found.append((node.body[0].lineno, node.end_lineno or node.lineno, f"@{text}"))
+    return tuple(found)
+
+
+def rank_branch(frames: Sequence[Frame]) -> str | None:
+    """The test of the innermost rank-only branch any user frame of a stack sits in."""
+    for frame in frames:
+        if frame.line is None or is_library(frame.file):
+            continue
+        inside = [b for b in _branches(frame.file) if b[0] <= frame.line <= b[1]]
+        if inside:
+            return min(inside, key=lambda b: b[1] - b[0])[2]
+    return None
+
+
+def _sync_call(node: ast.Call) -> str | None:
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name in _SYNC_CALLS:
+        return ast.unparse(func)
+    keyword = _SYNC_IF_KEYWORD.get(name or "")
+    if keyword and any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords):
+        return ast.unparse(func)
+    return None
+
+
+def rank_zero_calls(paths: Iterable[str]) -> list[SourceCall]:
+    """Calls that synchronise ranks inside branches only some ranks take, in these files."""
+    found = []
+    for path in sorted(set(paths)):
+        branches = _branches(path)
+        if not branches:
+            continue
+        tree = ast.parse(Path(path).read_bytes())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            call = _sync_call(node)
+            inside = [b for b in branches if b[0] <= node.lineno <= b[1]]
+            if call and inside:
+                found.append(SourceCall(file=path, line=node.lineno, call=call, condition=min(inside, key=lambda b: b[1] - b[0])[2]))
+    return found
+
+
+def _user_files(stacks: Sequence[RankStack]) -> set[str]:
+    files = {f.file for s in stacks for f in s.frames if not is_library(f.file) and os.path.isfile(f.file)}
+    files |= {c.frame.file for s in stacks for c in s.collectives or [] if c.frame and os.path.isfile(c.frame.file)}
+    return files
+
+
+# --- a crash: the first failing rank's own traceback ----------------------------------------------
+
+_TERMINATE = re.compile(r"^terminate called after throwing an instance of '([\w:.<>]+)'")
+_WHAT = re.compile(r"^\s+what\(\):\s+(.*)$")
+_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
+_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.:]*)(?::\s*(?P<message>.*))?$")
+TRACEBACK_MAX_LINES = 400
+MAX_TRACEBACKS = 8
+
+
+def tracebacks(lines: Iterable[str]) -> list[tuple[int | None, list[str]]]:
+    """The Python tracebacks of a job's output (and C++ exceptions that aborted a process),
+    in the order they ended, each with the rank its ``[rankN]:`` prefix names (None without
+    one) and its lines, prefixes removed."""
+    open_: dict[int | None, list[str]] = {}
+    uncaught: dict[int | None, str] = {}
+    done: list[tuple[int | None, list[str]]] = []
+    for raw in lines:
+        line = raw.rstrip("\n")
+        m = _PREFIX.match(line)
+        rank, text = (int(m.group(1)), line[m.end():]) if m else (None, line)
+        if text.startswith("Traceback (most recent call last):"):
+            open_[rank] = [text]
+            continue
+        aborted = _TERMINATE.match(text)
+        if aborted:  # a C++ exception no Python code caught: the process aborts (SIGABRT)
+            uncaught[rank] = aborted.group(1)
+            continue
+        what = _WHAT.match(text)
+        if what and rank in uncaught:
+            done.append((rank, [f"{uncaught.pop(rank)}: {what.group(1)}"]))
+            continue
+        block = open_.get(rank)
+        if block is None:
+            continue
+        block.append(text)
+        if text[:1].strip() and _EXCEPTION.match(text) and len(block) > 1:
+            done.append((rank, block))
+            del open_[rank]
+            if len(done) >= MAX_TRACEBACKS:
+                break
+        elif len(block) > TRACEBACK_MAX_LINES:
+            del open_[rank]
+    return done
+
+
+_TB_FRAME = re.compile(r'^\s+File "(.*)", line (\d+), in (.+)$')
+
+
+def first_failure(lines: Iterable[str], rank: int | None, read: Callable[[str], object]) -> Failure | None:
+    """The exception of ``rank`` (or, unknown, of the first traceback to end), put through
+    the signature catalog with ``read`` (``probes.log.log_from_text``)."""
+    blocks = tracebacks(lines)
+    mine = [b for r, b in blocks if rank is None or r == rank] or [b for _, b in blocks[:1]]
+    if not mine:
+        return None
+    first = mine[0]
+    kind = _EXCEPTION.match(first[-1])
+    frames = [Frame(file=m.group(1), line=int(m.group(2)), function=m.group(3)) for m in map(_TB_FRAME.match, first) if m]
+    # the exception and its message, not the source lines a traceback quotes: the user's own
+    # code says nothing about what went wrong and may hold any word
+    log = read("\n".join(line for block in mine for line in _without_code(block)))
+    ids = sorted({sig.id for sig in log.signatures or []})
+    return Failure(
+        rank=rank if rank is not None else next((r for r, b in blocks if b is first), None),
+        exception=kind.group("type") if kind else None,
+        message=(kind.group("message") or "")[:300] if kind else None,
+        user_frame=user_frame(frames[::-1]),
+        signatures=ids,
+        explained=any(i not in GENERIC_SIGNATURES for i in ids),
+    )
+
+
+def _without_code(block: list[str]) -> list[str]:
+    kept, skip = [], False
+    for line in block:
+        if _TB_FRAME.match(line):
+            skip = True  # its next indented lines quote the source (and carets)
+            continue
+        if skip and line[:1].isspace():
+            continue
+        skip = False
+        kept.append(line)
+    return kept
+
+
+# Signatures that say an exception happened, not what it was: they leave the cascade
+# ("a rank failed first") as the answer.
+GENERIC_SIGNATURES = frozenset({"python_exception"})
+
+
 # --- the whole ------------------------------------------------------------------------------
 
 
@@ -526,11 +831,14 @@ PEER_WAITS = frozenset(
 
 
 def spin_signature(stacks: Sequence[RankStack]) -> tuple | None:
-    """What must stay the same between two looks for busy ranks to count as stuck: every
-    rank's place and innermost frame; None unless some rank waits on its peers."""
-    if not any(s.waiting_in in PEER_WAITS for s in stacks):
+    """What must stay the same between two looks for busy ranks to count as stuck: the place
+    and innermost frame of every rank that waits on its peers (a rank busy with its own work
+    meanwhile, a slow evaluation, moves; the ones waiting for it do not); None unless some
+    rank waits on its peers."""
+    waiting = [s for s in stacks if s.waiting_in in PEER_WAITS]
+    if not waiting:
         return None
-    return tuple(sorted((s.pid or 0, s.waiting_in or "", *((s.frames[0].file, s.frames[0].line) if s.frames else ())) for s in stacks))
+    return tuple(sorted((s.pid or 0, s.waiting_in or "", *((s.frames[0].file, s.frames[0].line) if s.frames else ())) for s in waiting))
 
 
 def collect_hang(
@@ -540,14 +848,18 @@ def collect_hang(
     fr_dir: Path | None = None,
     py_spy: str | None = None,
     methods: Sequence[str] = ("py-spy", "faulthandler"),
+    known: Sequence[RankProcess] = (),
 ) -> Hang:
-    """Stacks (and Flight Recorder records) of every rank of the job under ``root_pid``."""
+    """Stacks (and Flight Recorder records) of every rank of the job under ``root_pid``;
+    ``known``: ranks seen earlier, reported ``exited`` when they are gone."""
     hang = Hang(source="hang", detected=True)
     procs = find_ranks(root_pid)
     if not procs:
         hang.ranks = []
         hang.unavailable["ranks"] = "no Python process left in the job's tree"
         return hang
+    live_ranks = {p.rank for p in procs if p.rank is not None}
+    gone = [p for p in known if p.rank is not None and p.rank not in live_ranks and not psutil.pid_exists(p.pid)]
     if fr_dir is not None and hook_dir is not None:
         request_flight_recorder(hook_dir, [p.pid for p in procs], fr_dir)
     hang.ranks, notes = take_stacks(procs, hook_dir=hook_dir, py_spy=py_spy, methods=methods)
@@ -555,6 +867,9 @@ def collect_hang(
         hang.unavailable["ranks.frames"] = "; ".join(notes) or "no stack method worked"
     elif notes:
         hang.unavailable["ranks.method"] = "fell back: " + "; ".join(notes)
+    hang.ranks += [RankStack(rank=p.rank, local_rank=p.local_rank, pid=p.pid, state="exited", activity="exited")
+                   for p in {p.rank: p for p in gone}.values()]
+    per_rank: dict[int, list[Collective]] = {}
     if fr_dir is not None:
         per_rank, found = read_flight_recorder(fr_dir)
         for stack in hang.ranks:
@@ -562,4 +877,7 @@ def collect_hang(
                 stack.collectives = per_rank[stack.rank][-LAST_COLLECTIVES:]
         if per_rank:
             hang.stragglers = found
+            hang.sequence = sequence(per_rank, hang.ranks)
+    hang.slow_ranks = slow_ranks(hang.ranks)
+    hang.rank_zero_calls = rank_zero_calls(_user_files(hang.ranks))
     return hang

@@ -74,9 +74,19 @@ def test_barrier_reached_by_rank_zero_only(tmp_path):
     barrier_line = line_of(script, "dist.barrier()")
     assert ranks[0]["user_frame"] == {"file": str(script), "line": barrier_line, "function": "prepare_data"}
     assert f"rank 0: barrier at {script}:{barrier_line} in prepare_data" in evidence_lines(report, "sync.barrier-divergence")
-    assert f"rank 0: waits in barrier at {script}:{barrier_line}" in proc.stderr
+    assert f"rank 0: waits in barrier at {script}:{barrier_line} (in barrier)" in proc.stderr
+    assert f"rank 1: busy in its own work at {script}:" in proc.stderr
+    assert f"source: dist.barrier at {script}:{barrier_line} runs only under `if rank == 0:`" in proc.stderr
     # the Flight Recorder, turned on by diagnose run, saw rank 0 enter a barrier rank 1 never reached
     assert [(s["op"], s["entered"], s["missing"]) for s in hang["stragglers"]] == [("barrier", [0], [1])]
+    # ... in a branch only rank 0 takes, read from the job's own source
+    assert ranks[0]["rank_branch"] == "if rank == 0:" and hang["rank_zero_calls"] == [
+        {"file": str(script), "line": barrier_line, "call": "dist.barrier", "condition": "if rank == 0:"}
+    ]
+    assert hang["sequence"] == "rank-behind"
+    assert hang["last_output"] in ("rank 0: preparing data", "rank 1: data ready", "rank 1: training")  # not teardown
+    # torchrun's reaction to the TERM that ended the job is not shown as the user's error
+    assert "SignalException" not in proc.stderr
     # the log keeps the teardown (torchrun's reaction to TERM); the diagnosis reads up to the hang
     assert "SignalException" in (tmp_path / "output.log").read_text()
     assert not any("SignalException" in line["text"] for line in report["facts"]["log"]["lines"])
@@ -87,13 +97,16 @@ def test_uneven_batches_leave_one_rank_in_all_reduce(tmp_path):
     proc = diagnose_run(tmp_path, "uneven_batches.py", "--json")
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    assert report["summary"]["top"] == "sync.barrier-divergence"
+    # the Flight Recorder read as a sequence: the step's all_reduces repeated until rank 0 did one more
+    assert report["summary"]["top"] == "sync.uneven-batches"
+    assert report["facts"]["hang"]["sequence"] == "uneven-iterations"
     ranks = sorted(report["facts"]["hang"]["ranks"], key=lambda r: r["rank"])
-    assert [(r["rank"], r["waiting_in"]) for r in ranks] == [(0, "all_reduce"), (1, "barrier")]
+    assert [(r["rank"], r["waiting_in"], r["activity"]) for r in ranks] == [(0, "all_reduce", "collective"), (1, "barrier", "collective")]
+    assert [r["library_frame"]["function"] for r in ranks] == ["all_reduce", "barrier"]
     script = FIXTURES / "uneven_batches.py"
-    lines = evidence_lines(report, "sync.barrier-divergence")
-    assert f"rank 1: barrier at {script}:{line_of(script, 'dist.barrier()')} in main" in lines
-    assert f"rank 0: all_reduce at {script}:{line_of(script, 'dist.all_reduce(param.grad)')} in average_gradients" in lines
+    assert f"rank 1: waits in barrier at {script}:{line_of(script, 'dist.barrier()')} (in barrier)" in proc.stderr
+    assert f"rank 0: waits in all_reduce at {script}:{line_of(script, 'dist.all_reduce(param.grad)')} (in all_reduce)" in proc.stderr
+    assert "until some ranks ran one more step (uneven batches)" in proc.stderr
     stragglers = report["facts"]["hang"]["stragglers"]
     assert [s["ops"] for s in stragglers] == [{"0": "all_reduce", "1": "barrier"}]
 
@@ -116,6 +129,10 @@ def test_crash_on_rank_one_is_diagnosed_from_the_log(tmp_path):
     assert "the job failed (exit 1); first failing rank: 1" in proc.stderr
     assert report["summary"]["top"] == "hang.rank-failed-first"
     assert any("rank 1" in line and "ValueError: shard 1 is empty" in line for line in evidence_lines(report, "hang.rank-failed-first"))
+    script = FIXTURES / "raise_rank1.py"
+    failure = hang["first_failure"]
+    assert (failure["rank"], failure["exception"], failure["explained"]) == (1, "ValueError", False)
+    assert failure["user_frame"] == {"file": str(script), "line": line_of(script, "raise ValueError"), "function": "load_shard"}
 
 
 def test_a_job_that_finishes_passes_its_exit_code_through(tmp_path):

@@ -86,7 +86,10 @@ def test_spin_signature_needs_a_rank_waiting_on_its_peers_and_tracks_where_each_
     moved = rank_stack([Frame(file=USER[0], line=2, function="main")], pid=2)
     assert spin_signature([computing]) is None  # a busy rank in its own code is working
     assert spin_signature([waiting, computing]) == spin_signature([computing, waiting])
-    assert spin_signature([waiting, computing]) != spin_signature([waiting, moved])
+    # the ranks waiting for a slow one stay put while it moves: still stuck, as far as they go
+    assert spin_signature([waiting, computing]) == spin_signature([waiting, moved])
+    waiting_elsewhere = rank_stack(frames((SITE + "torch/distributed/distributed_c10d.py", "barrier"), USER), pid=1)
+    assert spin_signature([waiting, computing]) != spin_signature([waiting_elsewhere, computing])
 
 
 def test_user_frame_skips_libraries_and_stdlib():
