@@ -7,6 +7,7 @@ else is one plain line on stderr, ``diagnose: error: ...``. Exit codes are ``Exi
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from enum import IntEnum
@@ -37,17 +38,37 @@ class Parser(argparse.ArgumentParser):
 MICROTEST_CHOICES = "all, none, or a comma list of: rendezvous, barrier, all_reduce, placement, duplicate_gpu, lightning_fit"
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text!r}")
+    return value
+
+
 def _input_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("evidence")
     group.add_argument("--from", dest="snapshot", metavar="SNAPSHOT", help="diagnose a saved facts snapshot (JSON)")
     group.add_argument("--report", action="append", default=[], metavar="FILE", help="a pasted environment report (collect_env, Lightning bug report, accelerate env, ds_report, nvidia-smi); repeatable")
-    group.add_argument("--log", action="append", default=[], metavar="FILE", help="a log or traceback, '-' for stdin; repeatable")
+    group.add_argument("--log", action="append", default=[], metavar="FILE", help="a log or traceback, '-' for stdin (also a pipe or <(...)); repeatable")
     group.add_argument("--offline", action="store_true", help="no live probes (implied by --from, --report and --log)")
     tests = parser.add_argument_group("micro-tests (live only)")
     tests.add_argument("--microtests", default=None, metavar="LIST", help=f"{MICROTEST_CHOICES} (default: all live, none offline)")
-    tests.add_argument("--nproc", type=int, metavar="N", help="ranks per micro-test (default: one per GPU, 2 on CPU)")
+    tests.add_argument("--nproc", type=positive_int, metavar="N", help="ranks per micro-test (default: one per GPU, 2 on CPU)")
     tests.add_argument("--backend", choices=["nccl", "gloo"], help="force the process-group backend")
-    tests.add_argument("--timeout", type=float, default=60.0, metavar="S", help="deadline per micro-test in seconds (default 60)")
+    tests.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S", help="deadline per micro-test in seconds (default 60)")
     tests.add_argument("--strategy", default="ddp", choices=["ddp", "ddp_spawn", "fsdp", "deepspeed"], help="strategy of the Lightning fit test")
 
 
@@ -102,24 +123,39 @@ def _microtest_names(spec: str | None, offline: bool) -> list[str] | None:
     return names
 
 
+# A pasted environment report is a few KB; a log given as a report is refused, not parsed.
+MAX_REPORT_BYTES = 4 << 20
+# A job's output piped into --log may pause for long; a FIFO nobody opened never starts.
+LOG_PAUSE_SECONDS = 600.0
+
+
 def _read_text(path: str, what: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+    from probes.untrusted import InputError, decode_text, display_name, read_bytes
+
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
-    if b"\x00" in data[:8192]:
-        raise UsageError(f"{path}: not a text {what}: binary data")
-    return data.decode("utf-8", errors="replace")
+        data = read_bytes(path, limit=MAX_REPORT_BYTES)
+        return decode_text(data, display_name(path), what)
+    except InputError as exc:
+        message = str(exc).replace(": cannot read:", f": cannot read {what}:", 1)
+        hint = f" (a {what}; give a log with --log)" if "MiB" in message else ""
+        raise UsageError(message + hint) from None
 
 
 def _log_source(path: str) -> object:
-    if path == "-":
-        return sys.stdin
-    if not Path(path).is_file():
-        raise UsageError(f"{path}: cannot read log: no such file")
-    return Path(path)
+    """A regular file by its path (the reader's fast path); stdin, pipes, FIFOs and devices
+    as a stream with a deadline for the first data."""
+    import stat
+
+    from probes.untrusted import InputError, open_stream
+
+    try:
+        if path not in ("-", "/dev/stdin") and stat.S_ISREG(os.stat(path).st_mode):
+            return Path(path)
+        return open_stream(path, limit=1 << 40, later_idle=LOG_PAUSE_SECONDS)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read log: {exc.strerror or exc}") from None
+    except InputError as exc:
+        raise UsageError(str(exc).replace(": cannot read:", ": cannot read log:", 1)) from None
 
 
 def gather_facts(args: argparse.Namespace, progress=None):
@@ -185,7 +221,7 @@ def cmd_diagnose(argv: Sequence[str]) -> int:
 
     report = evaluate(facts, kb)
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    sys.stdout.write(render(report, fmt or "text", color=color))
+    emit(render(report, fmt or "text", color=color))
     return Exit.FINDINGS if report.has_error else Exit.OK
 
 
@@ -197,8 +233,11 @@ def cmd_facts(argv: Sequence[str]) -> int:
     if args.microtests is None:
         args.microtests = "none"  # facts alone are quick; ask for tests explicitly
     facts = gather_facts(args, _progress_printer() if sys.stderr.isatty() else None)
-    from probes.facts import dump_snapshot
+    from probes.facts import dump_snapshot, facts_from_dict
+    from probes.redact import scrub
 
+    # a snapshot is shared like a report: the same redaction before it leaves
+    facts = facts_from_dict(scrub(facts.model_dump(mode="json", warnings=False)), "facts")
     text = dump_snapshot(facts) + "\n"
     if args.out:
         try:
@@ -206,7 +245,7 @@ def cmd_facts(argv: Sequence[str]) -> int:
         except OSError as exc:
             raise UsageError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     else:
-        sys.stdout.write(text)
+        emit(text)
     return Exit.OK
 
 
@@ -219,11 +258,11 @@ def cmd_schema(argv: Sequence[str]) -> int:
 
         from probes.facts import Facts
 
-        sys.stdout.write(json.dumps(Facts.model_json_schema(), indent=2, sort_keys=True) + "\n")
+        emit(json.dumps(Facts.model_json_schema(), indent=2, sort_keys=True) + "\n")
     else:
         from diagnose.report import report_json_schema
 
-        sys.stdout.write(report_json_schema())
+        emit(report_json_schema())
     return Exit.OK
 
 
@@ -268,8 +307,39 @@ def cmd_cluster(argv: Sequence[str]) -> int:
 COMMANDS = {"facts": cmd_facts, "kb": cmd_kb, "schema": cmd_schema, "run": cmd_run, "cluster": cmd_cluster}
 
 
+def emit(document: str) -> None:
+    """The document on stdout. A reader that went away (``| head``) is not an error and
+    does not change the exit code; the rest of the output is dropped."""
+    try:
+        sys.stdout.write(document)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    # Python flushes stdout again at exit; pointing it at /dev/null keeps that quiet
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _tolerant_streams() -> None:
+    """A terminal or file that is not UTF-8 (cp1252, a Windows redirect) gets '?' for what it
+    cannot show, instead of a UnicodeEncodeError halfway through the report."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_streams()
     from diagnose.kb import KBError
     from probes.facts import SnapshotError
     from probes.log import LogError
@@ -283,10 +353,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Exit.USAGE
     except KeyboardInterrupt:
         print("diagnose: error: interrupted", file=sys.stderr)
+        return 130  # as a shell reports a job ended by SIGINT
+    except BrokenPipeError:  # a write outside emit(): the document was not delivered whole
+        _drop_stdout()
         return Exit.INTERNAL
-    except BrokenPipeError:
-        return Exit.OK
     except Exception as exc:  # the contract: never a traceback, always a line and exit 3
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # a file or folder the user named: missing, read-only, a directory...
+            print(f"diagnose: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            return Exit.USAGE
         if os.environ.get("DIAGNOSE_DEBUG"):
             raise
         print(f"diagnose: internal error: {type(exc).__name__}: {exc} (set DIAGNOSE_DEBUG=1 for the traceback)", file=sys.stderr)

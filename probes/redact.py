@@ -49,7 +49,7 @@ _SCHEME = re.compile(r"\b(?P<key>bearer|basic)(?P<sep>[ \t]{1,4})(?P<value>[A-Za
 _USERINFO = re.compile(r"(?<=://)[^\s/@:?#]{0,256}:[^\s@]{1,256}@")
 _COMMANDS = re.compile(
     r"\b(?:sshpass(?P<sep1>[ \t]{1,4}-p[ \t]{0,4})(?P<v1>\S{1,512})"
-    r"|wandb[ \t]{1,4}login\b[^\n]{0,200}?\b(?P<v2>[0-9a-f]{40})\b)",
+    r"|(?i:wandb)\b[^\n]{0,200}?\b(?P<v2>[0-9a-f]{40})\b)",  # wandb login KEY, WANDB...=KEY
 )
 _SHAPES = re.compile(
     r"""
@@ -156,29 +156,37 @@ class Redactor:
 
     A key's base64 body has no shape of its own (its short last line least of all), so
     every line from ``-----BEGIN ... PRIVATE KEY-----`` to its END line goes, even when
-    the lines arrive as separate strings (log lines, excerpts).
+    the lines arrive as separate strings (log lines, excerpts). In structured data the
+    block is followed per field name, so a log line's ``text`` continues the previous
+    line's ``text`` whatever other fields sit between them.
     """
 
     def __init__(self) -> None:
-        self.in_key = False
+        self.in_key: set[str] = set()
 
-    def text(self, text: str) -> str:
+    def text(self, text: str, field: str = "") -> str:
         if "\n" not in text:
-            return self._line(text)
-        return "\n".join(self._line(line) for line in text.split("\n"))
+            return self._line(text, field)
+        return "\n".join(self._line(line, field) for line in text.split("\n"))
 
-    def _line(self, line: str) -> str:
-        if self.in_key:
-            if _KEY_END.search(line):
-                self.in_key = False
-                return REDACTED
-            if _KEY_BODY.fullmatch(line):
+    def _line(self, line: str, field: str) -> str:
+        if field in self.in_key:
+            end = _KEY_END.search(line)
+            if end:
+                self.in_key.discard(field)
+                return end.group()
+            # a body line, or one an earlier pass already redacted (text goes through twice:
+            # when read, and again when it leaves)
+            if _KEY_BODY.fullmatch(line) or line.endswith(REDACTED):
                 return REDACTED if line.strip() else line
-            self.in_key = False  # the block was cut short: the rest is ordinary text
+            self.in_key.discard(field)  # the block was cut short: the rest is ordinary text
         begin = _KEY_BEGIN.search(line)
         if begin:
-            self.in_key = not _KEY_END.search(line, begin.end())
-            return redact_line(line[: begin.start()]) + REDACTED
+            # the BEGIN marker stays, so that a second pass still knows a block follows
+            if not _KEY_END.search(line, begin.end()):
+                self.in_key.add(field)
+            rest = REDACTED if line[begin.end() :].strip() else ""
+            return redact_line(line[: begin.start()]) + begin.group() + rest
         return redact_line(line)
 
     def value(self, name: str, value: str) -> str:
@@ -187,10 +195,10 @@ class Redactor:
             return REDACTED
         return value
 
-    def scrub(self, data: Any, *, controls: bool = False) -> Any:
+    def scrub(self, data: Any, *, controls: bool = False, field: str = "") -> Any:
         """JSON-like data (dicts, lists, strings) with every string redacted, in document order."""
         if isinstance(data, str):
-            out = self.text(data)
+            out = self.text(data, field)
             return strip_controls(out) if controls else out
         if isinstance(data, dict):
             result = {}
@@ -198,10 +206,10 @@ class Redactor:
                 shown = strip_controls(key) if controls and isinstance(key, str) else key
                 if isinstance(key, str) and isinstance(value, str) and _ENV_NAME.fullmatch(key):
                     value = self.value(key, value)
-                result[shown] = self.scrub(value, controls=controls)
+                result[shown] = self.scrub(value, controls=controls, field=str(key))
             return result
         if isinstance(data, (list, tuple)):
-            return [self.scrub(item, controls=controls) for item in data]
+            return [self.scrub(item, controls=controls, field=field) for item in data]
         return data
 
 

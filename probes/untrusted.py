@@ -51,13 +51,15 @@ def _open_fd(path: str) -> tuple[int, bool]:
 
 
 class BoundedReader:
-    """A binary stream over a file descriptor: at most ``limit`` bytes, and no read waits
-    more than ``idle`` seconds for data."""
+    """A binary stream over a file descriptor: at most ``limit`` bytes; the first data must
+    come within ``idle`` seconds, later data within ``later_idle`` (a job's output piped in
+    may pause; a FIFO nobody opened never starts)."""
 
-    def __init__(self, path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS) -> None:
+    def __init__(self, path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS, later_idle: float | None = None) -> None:
         self.name = display_name(path)
         self.fd, self._owned = _open_fd(path)
         self.limit, self.idle = limit, idle
+        self.later_idle = idle if later_idle is None else later_idle
         self.count = 0
         mode = os.fstat(self.fd).st_mode
         self._regular = stat.S_ISREG(mode)
@@ -69,11 +71,10 @@ class BoundedReader:
     def read(self, size: int = _BLOCK) -> bytes:
         size = min(size if size and size > 0 else _BLOCK, _BLOCK)
         if not self._regular:
-            ready, _, _ = select.select([self.fd], [], [], self.idle)
+            wait = self.later_idle if self.count else self.idle
+            ready, _, _ = select.select([self.fd], [], [], wait)
             if not ready:
-                raise InputError(
-                    f"{self.name}: no data for {self.idle:g} s (a FIFO or device with no writer?)"
-                )
+                raise InputError(f"{self.name}: no data for {wait:g} s (a FIFO or device with no writer?)")
         try:
             chunk = os.read(self.fd, size)
         except BlockingIOError:
@@ -95,9 +96,9 @@ class BoundedReader:
         self.close()
 
 
-def open_stream(path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS) -> BinaryIO:
+def open_stream(path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS, later_idle: float | None = None) -> BinaryIO:
     """``path`` (``-`` and ``/dev/stdin`` are stdin) as a bounded binary stream."""
-    return BoundedReader(path, limit=limit, idle=idle)  # type: ignore[return-value]
+    return BoundedReader(path, limit=limit, idle=idle, later_idle=later_idle)  # type: ignore[return-value]
 
 
 def read_bytes(path: str | Path, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS) -> bytes:

@@ -30,7 +30,10 @@ def test_private_key_block_is_redacted_whole_across_separate_lines() -> None:
     for secret in PRIVATE_KEY_SECRETS:
         assert secret not in joined
     assert out[0] == "[rank0]: loading key" and out[-1] == "Traceback (most recent call last):"
-    assert redact("\n".join(PRIVATE_KEY_LINES)).count(REDACTED) == len(PRIVATE_KEY_LINES)
+    assert redact("\n".join(PRIVATE_KEY_LINES)).split("\n") == [PRIVATE_KEY_LINES[0], REDACTED, REDACTED, REDACTED, PRIVATE_KEY_LINES[-1]]
+    # a second pass over already redacted lines still hides the short last line
+    once = [redact(line) for line in PRIVATE_KEY_LINES]
+    assert "kTail9Q==" in once and "kTail9Q==" not in redact_lines(once)
 
 
 def test_a_key_block_cut_short_does_not_swallow_the_rest() -> None:
@@ -60,7 +63,7 @@ def test_scrub_walks_data_in_order_and_knows_env_names() -> None:
     data = {"env": {"NCCL_IB_PKEY": "0x1", "NCCL_DEBUG": "INFO"}, "lines": PRIVATE_KEY_LINES, "n": 3}
     out = scrub(data)
     assert out["env"] == {"NCCL_IB_PKEY": REDACTED, "NCCL_DEBUG": "INFO"}
-    assert all(line == REDACTED for line in out["lines"]) and out["n"] == 3
+    assert all(line == REDACTED for line in out["lines"][1:-1]) and out["n"] == 3
 
 
 def test_controls_are_stripped_only_when_asked() -> None:
@@ -75,3 +78,10 @@ def test_redactor_state_is_per_stream() -> None:
     first.text(PRIVATE_KEY_LINES[0])
     assert Redactor().text("QUFBQQ==") == "QUFBQQ=="
     assert first.text("QUFBQQ==") == REDACTED
+
+
+def test_a_key_block_split_over_log_line_records_is_followed_per_field() -> None:
+    records = [{"no": i, "text": text, "source": "/logs/train.log"} for i, text in enumerate(PRIVATE_KEY_LINES)]
+    out = scrub({"lines": records})["lines"]
+    assert [r["text"] for r in out][1:-1] == [REDACTED] * (len(PRIVATE_KEY_LINES) - 2)
+    assert all(r["source"] == "/logs/train.log" for r in out)

@@ -129,7 +129,7 @@ def test_user_rule_folder_adds_rules(tmp_path):
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--format", "yaml"], "invalid choice"),
         (["--from", "/nonexistent.json"], "cannot read"),
-        (["--log", "/nonexistent.log"], "no such file"),
+        (["--log", "/nonexistent.log"], "/nonexistent.log: cannot read log: No such file"),
         (["--report", "/nonexistent.txt"], "/nonexistent.txt: cannot read report"),
         (["--json", "--format", "markdown"], "disagree"),
         (["--report", "x", "--microtests", "all"], "needs a live run"),
