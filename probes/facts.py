@@ -336,6 +336,8 @@ class GpuLink(_Model):
 # NVML names every consumer card "... GeForce ..." or "... TITAN ..."; workstation cards such
 # as "RTX 6000 Ada" or "RTX A6000" have no such word. For a model kb/tables/gpus.yaml lacks.
 _CONSUMER_GPU = re.compile(r"GeForce|TITAN", re.IGNORECASE)
+# a log line names a GPU only in a sentence about GPUs; "L4" or "T4" elsewhere is something else
+_GPU_WORDS = ("gpu", "nvidia", "geforce", "tesla", "rtx", "gtx", "cuda", "card", "显卡")
 
 
 class Gpus(Section):
@@ -372,12 +374,20 @@ class Gpus(Section):
     _owner: _Owner = PrivateAttr(default_factory=_Owner)
 
     def _named(self) -> list[tuple[str | None, str | None]]:
-        """(name, compute capability) of each GPU probed; without a probe, each GPU the log names."""
+        """(name, compute capability) of each GPU probed; without a probe, each model of
+        kb/tables/gpus.yaml that a retained log line about GPUs names."""
         if self.devices:
             return [(d.name, d.compute_capability) for d in self.devices]
-        signatures = self._owner.facts.log.signatures if self._owner.facts is not None else None
-        names = [s.data.get("gpu") for s in signatures or [] if s.id == "gpu_named"]
-        return [(n, None) for n in dict.fromkeys(n for n in names if n)]
+        from probes.tables import shipped
+
+        lines = self._owner.facts.log.lines if self._owner.facts is not None else None
+        about_gpus = [line.text for line in lines or [] if any(w in line.text.lower() for w in _GPU_WORDS)]
+        names = []
+        for text in about_gpus:
+            found = [m.name for m in shipped().gpus.models if m.pattern.search(text)]
+            # "RTX 5070 Ti" also holds "RTX 5070": keep the longest reading of each mention
+            names += [n for n in found if not any(n != other and n in other for other in found)]
+        return [(n, None) for n in dict.fromkeys(names)]
 
     def _table_rows(self) -> list[tuple[Any, Any]]:
         from probes.tables import shipped

@@ -1,0 +1,261 @@
+"""probes.tables: the knowledge tables load, cite their sources, reject bad rows, and drive the
+derived facts; a new GPU is one row; no rule names a GPU model or a version in a log pattern."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import probes.tables as tables
+from diagnose.engine import evaluate
+from diagnose.kb import KB, load_kb
+from diagnose.rules import AnyCheck, LogCheck
+from probes.facts import Driver, Facts, Gpu, Gpus, Host, TorchBuild, facts_from_dict
+from probes.offline import offline_facts
+from probes.signatures import kb_dir
+from probes.tables import TableError, load_tables
+
+SHIPPED = tables.shipped()
+
+
+def copy_kb(tmp_path: Path) -> Path:
+    root = tmp_path / "kb"
+    shutil.copytree(kb_dir() / "tables", root / "tables")
+    return root
+
+
+def test_every_table_loads_and_cites_https_sources():
+    assert set(SHIPPED.sources) == {"gpus", "cuda", "torch", "nccl", "packages"}
+    for name, sources in SHIPPED.sources.items():
+        assert sources and all(s.startswith("https://") for s in sources), name
+
+
+@pytest.mark.parametrize(
+    "file,old,new,expected",
+    [
+        ("gpus.yaml", 'name: H100, capability: "9.0"', 'name: H100, capability: "9.9"',
+         r"gpus\.yaml:\d+: models\[\d+\]\.capability: no row for compute capability 9\.9"),
+        ("cuda.yaml", 'cuda: "12.4", linux: "550.54.14"', 'cuda: "12.4", linux: "R550"',
+         r"cuda\.yaml:\d+: releases\[\d+\]\.linux: not a version: 'R550'"),
+        ("packages.yaml", 'torch: ">=2.1"', 'torch: "newer than 2.1"',
+         r"packages\.yaml: requirements\.lightning\[\d+\]\.torch: not a version specifier"),
+        ("nccl.yaml", "sources:\n", "sources: []\nunused:\n",
+         r"nccl\.yaml:\d*:? ?sources: List should have at least 1 item"),
+    ],
+)
+def test_a_bad_row_is_one_line_naming_file_and_place(tmp_path, file, old, new, expected):
+    root = copy_kb(tmp_path)
+    path = root / "tables" / file
+    text = path.read_text(encoding="utf-8")
+    assert old in text
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(TableError) as info:
+        load_tables(root)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    assert re.search(expected, message), message
+
+
+def test_a_missing_table_file_names_the_file(tmp_path):
+    root = copy_kb(tmp_path)
+    (root / "tables" / "torch.yaml").unlink()
+    with pytest.raises(TableError, match=r"torch\.yaml: cannot read"):
+        load_tables(root)
+
+
+def test_gpu_names_resolve_to_the_longest_whole_word_row():
+    model = SHIPPED.gpu_model
+    assert model("NVIDIA GeForce RTX 5070 Ti").name == "GeForce RTX 5070 Ti"
+    assert model("NVIDIA GeForce RTX 5070").name == "GeForce RTX 5070"
+    assert model("NVIDIA L40S").name == "L40S" and model("NVIDIA L4").name == "L4"
+    assert model("NVIDIA A100-SXM4-80GB").name == "A100"
+    assert model("4x 4090").name == "GeForce RTX 4090"  # people write GeForce cards by number
+    assert model("NVIDIA RTX 4000 Ada Generation").cls == "workstation"
+    assert model("Matrox G200") is None
+
+
+def facts_with(name: str | None, torch: TorchBuild, capability: str | None = None) -> Facts:
+    facts = Facts()
+    facts.gpus = Gpus(count=2, devices=[Gpu(index=i, name=name, compute_capability=capability) for i in range(2)])
+    facts.torch = torch
+    return facts
+
+
+def test_torch_covers_a_gpu_from_its_arch_list_with_binary_compatibility():
+    # sm_80 kernels run on 8.6 and 8.9; nothing of major 8 runs on 9.0 without PTX
+    for capability, covered in (("8.6", True), ("8.9", True), ("9.0", False)):
+        facts = facts_with(None, TorchBuild(version="2.0.1", cuda="11.8", arch_list=["sm_70", "sm_80"]), capability)
+        assert facts.torch.supports_gpu_arch is covered, capability
+    ptx = facts_with(None, TorchBuild(version="2.0.1", cuda="11.8", arch_list=["sm_80", "compute_80"]), "9.0")
+    assert ptx.torch.supports_gpu_arch is True
+
+
+def test_torch_covers_a_gpu_from_its_cuda_and_release_without_an_arch_list():
+    blackwell = "NVIDIA GeForce RTX 5090"
+    assert facts_with(blackwell, TorchBuild(version="2.5.1+cu124", cuda="12.4")).torch.supports_gpu_arch is False
+    assert facts_with(blackwell, TorchBuild(version="2.7.0+cu128", cuda="12.8")).torch.supports_gpu_arch is True
+    # the other direction: a CUDA 12.8 build of torch 2.8 no longer carries Pascal kernels
+    pascal = facts_with("NVIDIA GeForce GTX 1080 Ti", TorchBuild(version="2.8.0+cu128", cuda="12.8"))
+    assert pascal.torch.supports_gpu_arch is False
+    assert facts_with("NVIDIA GeForce GTX 1080 Ti", TorchBuild(version="2.8.0+cu126", cuda="12.6")).torch.supports_gpu_arch
+    assert facts_with(None, TorchBuild(version="2.5.1", cuda="12.4")).torch.supports_gpu_arch is None
+
+
+def test_nccl_facts_come_from_the_build_or_the_release_table():
+    facts = facts_with("NVIDIA H100 80GB HBM3", TorchBuild(version="1.13.1+cu117", cuda="11.7"))
+    assert facts.torch.bundled_nccl == "2.14.3"
+    assert facts.torch.nccl_supports_gpu_arch is False  # Hopper support came in 2.15.1
+    facts.torch = TorchBuild(version="2.1.0", nccl="2.18.1")
+    assert facts.torch.nccl_supports_gpu_arch is True and facts.torch.nccl_known_issue is None
+    facts.torch = TorchBuild(nccl="2.4.2")
+    assert "fixed in 2.4.6" in facts.torch.nccl_known_issue
+
+
+def test_driver_against_torch_cuda_counts_minor_version_compatibility():
+    def supports(driver: Driver, cuda: str, platform: str = "linux") -> bool | None:
+        facts = Facts()
+        facts.host, facts.driver, facts.torch = Host(platform=platform), driver, TorchBuild(cuda=cuda)
+        return facts.driver.supports_torch_cuda
+
+    assert supports(Driver(version="535.104.05", cuda_version="12.2"), "12.4") is True  # same major
+    assert supports(Driver(version="470.82.01", cuda_version="11.4"), "12.1") is False
+    assert supports(Driver(version="520.61.05"), "11.8") is True
+    assert supports(Driver(version="511.79"), "12.1", "win32") is False
+    assert supports(Driver(version="528.02"), "12.1", "win32") is True  # above 527.41, R525 compat
+    assert supports(Driver(), "12.1") is None
+
+
+def test_library_requirements_read_the_installed_torch():
+    data = Facts().model_dump()
+    data["packages"] = {"values": {"lightning": "2.7.0", "deepspeed": "0.7.3", "torch": "2.5.1"}, "complete": True}
+    facts = facts_from_dict(data)
+    assert facts.packages.lightning_supports_torch is False
+    assert facts.packages.deepspeed_supports_torch is False  # torch._six, removed in torch 2.0
+    assert facts.packages.transformers_supports_torch is None  # not installed: nothing to say
+    assert facts.packages.torch_requirements_unmet == [
+        "deepspeed 0.7.3 needs torch<2.0", "lightning 2.7.0 needs torch>=2.6"]
+
+
+def test_gpus_named_only_in_the_log_still_resolve():
+    log = "RuntimeError: NCCL Error 1: unhandled cuda error (NVIDIA GeForce RTX 5090)\nNCCL version 2.21.5+cuda12.4\n"
+    facts = offline_facts(logs=[("train.log", io.StringIO(log))])
+    assert facts.gpus.arch == ["blackwell"] and facts.gpus.consumer is True
+    assert facts.torch.supports_gpu_arch is False  # CUDA 12.4, from the NCCL banner
+    assert facts.torch.nccl_supports_gpu_arch is False  # Blackwell needs NCCL 2.25.1
+    mixed = offline_facts(logs=[("t.log", io.StringIO("hangs on my GeForce RTX 5070 Ti and an RTX 3090\n"))])
+    assert mixed.gpus.p2p_support == ["unsupported", "unreliable"] and mixed.gpus.distinct_archs == 2
+    unrelated = offline_facts(logs=[("t.log", io.StringIO("stuck after block L4 of the decoder\n"))])
+    assert unrelated.gpus.arch is None
+
+
+def test_a_new_gpu_model_is_one_table_row(tmp_path, monkeypatch):
+    """A GPU released after this table was written: unknown until one row names it, then the
+    derived facts and the architecture rule handle it without any rule changing."""
+    root = copy_kb(tmp_path)
+    gpus = root / "tables" / "gpus.yaml"
+    before = gpus.read_text(encoding="utf-8")
+    row = '  - {name: GeForce RTX 6090, capability: "12.0", class: consumer, p2p: unsupported}\n'
+    after = before.replace("models:\n", "models:\n" + row, 1)
+    rule = next(r for r in load_kb().rules if r.id == "env.gpu-arch-unsupported")
+
+    def diagnose(text: str) -> tuple[Facts, list[str]]:
+        monkeypatch.setattr(tables, "shipped", lambda: load_tables(root))
+        gpus.write_text(text, encoding="utf-8")
+        facts = facts_with("NVIDIA GeForce RTX 6090", TorchBuild(version="2.5.1+cu124", cuda="12.4"))
+        report = evaluate(facts, KB(rules=[rule], sources=[]))
+        return facts, [f.id for f in report.findings if f.basis == "evidence"]
+
+    facts, found = diagnose(before)
+    assert facts.gpus.arch is None and facts.torch.supports_gpu_arch is None and found == []
+    facts, found = diagnose(after)
+    assert len(after.splitlines()) == len(before.splitlines()) + 1
+    assert facts.gpus.arch == ["blackwell"] and facts.gpus.consumer is True
+    assert facts.torch.supports_gpu_arch is False and found == ["env.gpu-arch-unsupported"]
+
+
+# --- no model names or version numbers in log patterns --------------------------------------
+
+# a version written into a pattern: 2\.4, 12\.[0-7], cu11x, sm_120, +cuda11
+_VERSION = re.compile(r"\d\\?\.\[?\d|\bcu(?:\d|\(|\[)|\bsm_\d|\+cuda\d|\bcompute_\d")
+
+
+def _model_words() -> set[str]:
+    words = {c.arch for c in SHIPPED.gpus.capabilities}
+    for model in SHIPPED.gpus.models:
+        words.add(model.name.lower())
+        last = model.name.split()[-1]
+        if any(ch.isdigit() for ch in last) and len(last) >= 3:
+            words.add(last.lower())
+    return words
+
+
+def _log_patterns(rule) -> list[str]:
+    out, stack = [], [*rule.when, *rule.evidence]
+    while stack:
+        check = stack.pop()
+        if isinstance(check, AnyCheck):
+            stack.extend(check.any)
+        elif isinstance(check, LogCheck):
+            out.append(check.log)
+    return out
+
+
+def naming_offenders(rules=None) -> dict[str, list[str]]:
+    """Rule id -> what its log patterns name that a table fact covers."""
+    words = _model_words()
+    found: dict[str, list[str]] = {}
+    for rule in load_kb().rules if rules is None else rules:
+        for pattern in _log_patterns(rule):
+            # class escapes (\b, \d) become spaces so "\bGB200\b" still reads as the word GB200
+            plain = re.sub(r"\\[bBdDsSwWAZ]", " ", pattern).replace("\\", "").lower()
+            hits = sorted(w for w in words if re.search(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", plain))
+            if _VERSION.search(pattern):
+                hits.append("a version number")
+            if hits:
+                found.setdefault(rule.id, []).append(f"{pattern!r}: {', '.join(hits)}")
+    return found
+
+
+# rule id -> why its pattern keeps a literal: the words are not a version or model a table could hold
+JUSTIFIED: dict[str, str] = {}
+
+
+def test_no_rule_names_a_gpu_model_or_version_in_a_log_pattern():
+    offenders = {rid: hits for rid, hits in naming_offenders().items() if rid not in JUSTIFIED}
+    assert not offenders, "log patterns naming what kb/tables/ knows; test a table fact instead:\n" + "\n".join(
+        f"  {rid}: {hit}" for rid, hits in sorted(offenders.items()) for hit in hits)
+
+
+OLD_STYLE_RULE = r"""
+id: test.names-in-patterns
+title: The patterns the table facts replaced
+severity: error
+explains: [crash.cuda]
+evidence:
+  - {log: '(?i)\bRTX (?:PRO )?50\d0\b|RTX PRO 6000 Blackwell|\bB[12]00\b|\bGB200\b|Blackwell', weight: 2}
+  - {log: '(?i)\+cu(?:9\d|10\d|11\d|12[0-7])\b|NCCL version [\d.]+\+cuda(?:9|10|11|12\.[0-7])\b', weight: 1}
+  - {log: '(?i)NCCL (?:version|error).*\b2\.[0-7]\.\d+', weight: 2}
+  - {log: '(?i)requires? (?:torch|deepspeed|pytorch)[ ><=!~]+[\d.]+', weight: 1}
+explain: x
+fix: [{title: x, kind: shell, snippet: x}]
+references: [https://github.com/pytorch/pytorch/issues/152077]
+examples:
+  - {name: a, expect: match, log: "Blackwell"}
+  - {name: b, expect: no-match, log: "fine"}
+"""
+
+
+def test_the_naming_check_catches_the_patterns_the_tables_replaced(tmp_path):
+    folder = tmp_path / "test"
+    folder.mkdir()
+    (folder / "names-in-patterns.yaml").write_text(OLD_STYLE_RULE, encoding="utf-8")
+    hits = naming_offenders(load_kb([tmp_path], shipped=False).rules)["test.names-in-patterns"]
+    assert len(hits) == 3  # the model names, the CUDA builds, the NCCL releases; not "[\d.]+"
+    by_pattern = {hit.split("': ")[0]: hit.split("': ")[1] for hit in hits}
+    names = next(v for k, v in by_pattern.items() if "GB200" in k)
+    assert "blackwell" in names and "gb200" in names and "b200" in names
+    assert all("a version number" in v for k, v in by_pattern.items() if "GB200" not in k)
