@@ -33,6 +33,11 @@ def answer_path(directory: str | Path, index: int) -> Path:
     return Path(directory) / "answers" / f"{index}.json"
 
 
+def exit_path(directory: str | Path, rank: int) -> Path:
+    """Where rank 0 writes the exit status of a rank it forked (the parent cannot wait on it)."""
+    return Path(directory) / "exits" / f"{rank}.json"
+
+
 def write_whole(path: Path, value: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")

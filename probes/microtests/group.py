@@ -27,6 +27,7 @@ from probes.microtests.channel import (
     RankReport,
     answer_path,
     channel_path,
+    exit_path,
     read_report,
     read_whole,
     write_whole,
@@ -84,7 +85,9 @@ def run_group(
     on_start: Callable[[str], None],
     on_result: Callable[[str, Run], None],
 ) -> GroupResult:
-    """Start ``workers`` processes and run the plan: given, or made from the first answer.
+    """Start ``workers`` processes (one where rank 0 may fork the others, as it does when the
+    steps run on CPU and it found no GPU; more are started if it cannot) and run the plan:
+    given, or made from the first answer.
 
     ``on_start(test)`` is called as a step's first rank enters it; ``on_result(test, run)`` once
     the step is over, in order, the steps before a failure while the group still runs.
@@ -152,23 +155,34 @@ class _Group:
             if not answers:
                 return GroupResult({"query_error": error}, 0)
             plan = plan(next(iter(answers.values())))
+        info = next(iter(answers.values()), {})
+        fork = forks(self.started, plan, info)
+        if not fork and plan.world_size > self.started:
             self._start(plan.world_size)
             answers, _ = self._answers(plan.world_size)
         # A process that never answered fails the first step: its exit or its deadline says why.
-        write_whole(self.work / PLAN, asdict(plan) | {"first_deadline": time.time() + plan.timeout})
-        info = next(iter(answers.values()), {})
+        write_whole(self.work / PLAN, asdict(plan) | {"fork": fork})
         if not plan.world_size:
             return GroupResult(info, 0)
+        if fork:
+            for rank in range(1, plan.world_size):
+                self.dog.adopt(rank, self.work / f"{rank}.log")
         return GroupResult(info, self._steps(plan, on_start, on_result))
 
     def _steps(self, plan: GroupPlan, on_start, on_result) -> int:
         ranks = range(plan.world_size)
         dirs = [self.work / step.test for step in plan.steps]
         entered = dict.fromkeys(ranks, 0)  # how many steps each rank has entered
-        started = {0: time.monotonic()}  # the first step's clock starts with the plan
+        started: dict[int, float] = {}
+        # Until the first step, the ranks may still be importing (what forked ranks share).
+        imports_until = time.monotonic() + self.limit
         on_start(plan.steps[0].test)
         current, deadline_hit = 0, False
         while True:
+            for rank in ranks:
+                said = read_whole(exit_path(self.work, rank))
+                if said is not None:
+                    self.dog.exited(rank, said)
             self.dog.poll()
             for rank in ranks:
                 while (
@@ -190,7 +204,11 @@ class _Group:
                 on_start(plan.steps[current].test)
             if self.dog.ended:
                 break
-            if time.monotonic() >= started[current] + plan.timeout:
+            if current in started:
+                late = time.monotonic() >= started[current] + plan.timeout
+            else:
+                late = time.monotonic() >= imports_until
+            if late:
                 deadline_hit = True
                 self.dog.stop(f"at the {plan.timeout:g} s deadline")
                 break
@@ -200,7 +218,7 @@ class _Group:
             time.sleep(POLL_S)
         self.dog.close()
         # The step the group ended in: the last one, or the one that failed or hung.
-        watched = self.dog.watched(deadline_hit, since=started[current])
+        watched = self.dog.watched(deadline_hit, since=started.get(current))
         watched.exits = {k: e for k, e in watched.exits.items() if k in ranks}
         watched.failed_first = [k for k in watched.failed_first if k in ranks]
         on_result(plan.steps[current].test, self._run(plan, current, watched))
@@ -211,3 +229,16 @@ class _Group:
         reports = {r: read_report(self.work / step.test, r) for r in range(plan.world_size)}
         extra = {"shared": step.mode == "shared", "strategy": plan.strategy}
         return Run(watched, reports, None, plan.world_size, plan.backend, plan.timeout, extra)
+
+
+def forks(started: int, plan: GroupPlan, info: dict) -> bool:
+    """Whether rank 0 grows the other ranks by fork, which spares each of them importing torch
+    and Lightning again: where it is the only process so far, fork exists, every step runs on
+    CPU and rank 0 found no GPU (CUDA does not survive a fork)."""
+    return (
+        started == 1
+        and plan.world_size > 1
+        and hasattr(os, "fork")
+        and all(device == "cpu" for step in plan.steps for device in step.devices)
+        and not info.get("cuda")
+    )

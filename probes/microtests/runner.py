@@ -522,7 +522,8 @@ class _Suite:
 
     def _groups(self) -> None:
         planned: GroupPlan | Callable[[dict], GroupPlan] = self._plan
-        workers = self.nproc or 2  # the CPU default; on GPUs the plan may add processes
+        # Where a GPU may be, one process per rank from the start; else rank 0 forks the others.
+        workers = (self.nproc or 2) if _gpu_nodes() else 1
         while True:
             outcome = run_group(
                 planned,
@@ -543,7 +544,7 @@ class _Suite:
             if not pending:
                 return
             planned = group_plan(pending, self.setup, strategy=self.strategy, timeout=self.timeout)
-            workers = self.setup.nproc
+            workers = self.setup.nproc if self.setup.cuda_devices else 1
 
     def _plan(self, info: dict) -> GroupPlan:
         self.setup = plan(info, self.nproc, self.backend)
@@ -588,6 +589,12 @@ class _Suite:
         if test.status == "skipped" and test.reason:
             self.result.unavailable[name] = test.reason
         self.notify(name, "failed" if test.status == "error" else test.status, _detail(test))
+
+
+def _gpu_nodes() -> bool:
+    """NVIDIA or ROCm device nodes: torch may well see a GPU (known only once a rank asks)."""
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
 
 
 def _internal_error(exc: Exception) -> MicroTest:

@@ -157,6 +157,8 @@ class Watchdog:
         self._failed_at: float | None = None
         self._tracked: dict[int, psutil.Process] = {}
         self._logs: dict[int | str, Path] = {}
+        self._adopted: list[int | str] = []
+        self._reported: dict[int | str, int] = {}
         self._next_look = 0.0
 
     def __enter__(self) -> Watchdog:
@@ -171,6 +173,16 @@ class Watchdog:
         with contextlib.suppress(psutil.NoSuchProcess):
             self._tracked[popen.pid] = psutil.Process(popen.pid)
 
+    def adopt(self, key: int | str, log: Path) -> None:
+        """Watch a process another one started (a forked rank): its parent reports its exit
+        through ``exited``; the descendant scan and the group kill reach it like any other."""
+        self._adopted.append(key)
+        self._logs[key] = log
+
+    def exited(self, key: int | str, returncode: int) -> None:
+        if key not in self.exits:
+            self._reported[key] = returncode
+
     def poll(self) -> None:
         """Note new descendants (now and then) and every exit since the last poll."""
         if time.monotonic() >= self._next_look:
@@ -179,8 +191,11 @@ class Watchdog:
                 self._tracked.setdefault(child.pid, child)
             self._next_look = time.monotonic() + _LOOK_S
         newly_failed = []
-        for key, popen in self.popens.items():
-            if key not in self.exits and (rc := popen.poll()) is not None:
+        ended = {key: popen.poll() for key, popen in self.popens.items() if key not in self.exits}
+        ended.update(self._reported)
+        self._reported.clear()
+        for key, rc in ended.items():
+            if rc is not None:
                 self.exits[key] = Exit(rc)
                 if rc != 0:
                     newly_failed.append(key)
@@ -189,7 +204,7 @@ class Watchdog:
 
     @property
     def ended(self) -> bool:
-        return len(self.exits) == len(self.popens)
+        return len(self.exits) == len(self.popens) + len(self._adopted)
 
     def grace_over(self, grace_s: float) -> bool:
         """A process failed at least ``grace_s`` ago: the others had their time to report."""
@@ -197,7 +212,7 @@ class Watchdog:
 
     def stop(self, why: str) -> None:
         """Mark every process still running as killed for ``why``; ``close`` kills them."""
-        for key in self.popens:
+        for key in [*self.popens, *self._adopted]:
             self.exits.setdefault(key, Exit(None, killed=why))
 
     def close(self) -> None:
@@ -211,6 +226,8 @@ class Watchdog:
             self.exits.setdefault(
                 key, Exit(popen.returncode, killed="when the run was interrupted")
             )
+        for key in self._adopted:
+            self.exits.setdefault(key, Exit(None, killed="when the run was interrupted"))
         self.ended_at = time.monotonic()
 
     def tail(self, key: int | str) -> str:

@@ -35,11 +35,22 @@ import time
 from pathlib import Path
 
 from probes.microtests import checks
-from probes.microtests.channel import PLAN, Channel, answer_path, read_whole, write_whole
+from probes.microtests.channel import (
+    PLAN,
+    Channel,
+    answer_path,
+    exit_path,
+    read_whole,
+    write_whole,
+)
 
 # How long past its deadline a rank whose watchdog is gone ends itself.
 _SELF_DESTRUCT_AFTER_S = 10.0
 _PLAN_POLL_S = 0.01
+# A failing rank 0 first gives the ranks it forked this long to have their exits reported:
+# a rank that died (and so made rank 0 fail) must be the failure the parent sees first.
+_REPORT_WAIT_S = 0.3
+_reporters: list[threading.Thread] = []  # in rank 0: one per forked rank
 
 _TIMEOUT = re.compile(
     r"timed? ?out|timeout|failed to pass monitoredBarrier|Watchdog caught collective", re.IGNORECASE
@@ -141,6 +152,9 @@ def _run_step(ctx: checks.Context) -> None:
         text = f"{type(exc).__name__}: {exc}"
         timeout, missing = classify(text)
         ctx.channel.error(text, timeout=timeout, missing=missing)
+        until = time.monotonic() + _REPORT_WAIT_S
+        for reporter in _reporters:
+            reporter.join(max(0.0, until - time.monotonic()))
         # After a failed collective, an orderly teardown can hang on the broken group.
         sys.stderr.flush()
         os._exit(1)
@@ -157,16 +171,47 @@ def _wait_for_plan(out: str, deadline: float) -> dict | None:
     return None
 
 
+def _fork_ranks(out: str, world_size: int) -> int:
+    """Grow ranks 1.. from this process, which has imported all they need; the rank this
+    process now is. Rank 0 starts a thread per child that reports its exit to the parent."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for rank in range(1, world_size):
+        pid = os.fork()
+        if pid == 0:
+            # Its own output, so the parent reads each rank's last words apart.
+            log = os.open(Path(out) / f"{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(log)
+            _reporters.clear()
+            return rank
+        reporter = threading.Thread(target=_report_exit, args=(out, rank, pid), daemon=True)
+        reporter.start()
+        _reporters.append(reporter)
+    return 0
+
+
+def _report_exit(out: str, rank: int, pid: int) -> None:
+    _, status = os.waitpid(pid, 0)
+    write_whole(exit_path(out, rank), os.waitstatus_to_exitcode(status))
+
+
 def _group(args: argparse.Namespace) -> None:
     guard = _Guard(args.parent_pid, args.deadline)
     write_whole(answer_path(args.out, args.index), query())
     plan = _wait_for_plan(args.out, args.deadline)
-    if plan is None or args.index >= plan["world_size"]:
+    if plan is None or args.index >= plan["world_size"] or (plan["fork"] and args.index):
         return
     rank = args.index
-    for number, step in enumerate(plan["steps"]):
-        # The first step's clock started when the parent wrote the plan, as the parent's did.
-        deadline = plan["first_deadline"] if number == 0 else time.time() + plan["timeout"]
+    if plan["fork"]:
+        if any(step["test"] == "lightning_fit" for step in plan["steps"]):
+            import probes.microtests.fit  # noqa: F401  (once here, not once per rank)
+        rank = _fork_ranks(args.out, plan["world_size"])
+        if rank:
+            guard = _Guard(os.getppid(), args.deadline)
+    for step in plan["steps"]:
+        deadline = time.time() + plan["timeout"]
         guard.deadline = deadline
         out = Path(args.out) / step["test"]
         out.mkdir(exist_ok=True)
@@ -186,6 +231,8 @@ def _group(args: argparse.Namespace) -> None:
                 mode=step["mode"],
             )
         )
+    for reporter in _reporters:  # the parent learns a forked rank's exit only from here
+        reporter.join()
 
 
 def _single(args: argparse.Namespace) -> None:

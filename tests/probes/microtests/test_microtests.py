@@ -121,7 +121,9 @@ def test_a_port_taken_by_another_process_is_retried_once_then_reported(monkeypat
 
 @pytest.fixture
 def launched(monkeypatch):
-    """The key of every process a watchdog starts, in order."""
+    """The key of every process a watchdog starts, in order; no GPU device nodes, so rank 0
+    forks the other ranks wherever the steps run on CPU."""
+    monkeypatch.setattr(runner, "_gpu_nodes", lambda: False)
     keys = []
     real = watchdog.Watchdog.launch
 
@@ -133,12 +135,16 @@ def launched(monkeypatch):
     return keys
 
 
-def test_the_tests_share_one_launch_of_ranks(launched):
+@pytest.mark.parametrize(("gpu_nodes", "started"), [(False, [0]), (True, [0, 1])])
+def test_the_tests_share_one_launch_of_ranks(launched, monkeypatch, gpu_nodes, started):
+    # Where GPUs may be, each rank is an interpreter of its own from the start (CUDA does not
+    # survive a fork); on CPU, rank 0 imports torch once and forks rank 1.
+    monkeypatch.setattr(runner, "_gpu_nodes", lambda: gpu_nodes)
     result = run_microtests(["rendezvous", "barrier", "all_reduce"], nproc=2, backend="gloo")
-    assert [result.rendezvous.status, result.barrier.status, result.all_reduce.status] == [
-        "passed"
-    ] * 3
-    assert launched == [0, 1]
+    for test in (result.rendezvous, result.barrier, result.all_reduce):
+        assert test.status == "passed", test.error
+        assert test.ranks == {"0": "done; exit 0", "1": "done; exit 0"}
+    assert launched == started
     assert _leftovers() == []
 
 
@@ -157,21 +163,29 @@ def test_a_step_that_hangs_is_cut_at_its_deadline_and_the_steps_after_it_still_r
     for name in ("rendezvous", "all_reduce", "lightning_fit"):
         assert getattr(result, name).status == "passed", (name, getattr(result, name).error)
     assert result.lightning_fit.measurements["global_step"] == 4
-    assert launched == [0, 1, 0, 1]  # the group, then a new one for the steps after the barrier
+    assert launched == [0, 0]  # the group, then a new one for the steps after the barrier
     assert [(n, s) for n, s, _ in seen] == [
         (n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)
     ]
     assert _leftovers() == []
 
 
-def test_a_rank_killed_in_one_step_fails_that_step_only(plant, launched):
-    plant("all_reduce:0:kill")
+@pytest.mark.parametrize(("gpu_nodes", "killed"), [(False, 1), (False, 0), (True, 1)])
+def test_a_rank_killed_in_one_step_fails_that_step_only(
+    plant, launched, monkeypatch, gpu_nodes, killed
+):
+    monkeypatch.setattr(runner, "_gpu_nodes", lambda: gpu_nodes)
+    plant(f"all_reduce:{killed}:kill")
     result = run_microtests(["barrier", "all_reduce", "lightning_fit"], nproc=2, backend="gloo")
     assert result.barrier.status == "passed"
     assert result.all_reduce.status == "failed"
-    assert result.all_reduce.error == "rank 0 died from signal SIGKILL at step 'process group up'"
+    assert result.all_reduce.error == (
+        f"rank {killed} died from signal SIGKILL at step 'process group up'"
+    )
+    assert result.all_reduce.ranks[str(killed)] == "process group up; signal SIGKILL"
     assert result.lightning_fit.status == "passed", result.lightning_fit.error
-    assert launched == [0, 1, 0, 1]
+    # Once rank 0 has said it found no GPU, the next group is forked whatever the device nodes.
+    assert launched == ([0, 1, 0] if gpu_nodes else [0, 0])
     assert _leftovers() == []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from probes.microtests import TEST_NAMES, runner
 from probes.microtests.channel import RankReport
 from probes.microtests.checks import placement_summary
+from probes.microtests.group import forks
 from probes.microtests.runner import Run, _grouped, _run_test, group_plan, judge, launches, plan
 from probes.microtests.watchdog import Exit, Watched
 
@@ -87,6 +88,18 @@ def test_group_steps_put_each_rank_on_its_own_gpu_with_a_port_per_step():
     )
     assert [s.devices for s in on_cpu.steps] == [["cpu", "cpu"], ["cuda:0", "cuda:1"]]
     assert group_plan([], _plan(2), strategy="ddp", timeout=7.0).world_size == 0
+
+
+def test_rank_0_forks_the_others_only_for_cpu_steps_on_a_machine_without_gpus():
+    on_cpu = group_plan(["barrier"], _plan(2, backend="gloo"), strategy="ddp", timeout=7.0)
+    on_gpus = group_plan(["barrier"], _plan(2), strategy="ddp", timeout=7.0)
+    no_gpu = {"cuda": False}
+    assert forks(1, on_cpu, no_gpu)
+    assert not forks(1, on_cpu, {"cuda": True})  # the query touched CUDA: a fork would break it
+    assert not forks(1, on_gpus, no_gpu)
+    assert not forks(2, on_cpu, no_gpu)  # every rank already has a process of its own
+    one_rank = group_plan(["barrier"], _plan(2, nproc=1, backend="gloo"), strategy="ddp", timeout=7)
+    assert not forks(1, one_rank, no_gpu)
 
 
 def test_ddp_spawn_starts_one_launcher_without_local_rank():
