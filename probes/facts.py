@@ -216,7 +216,12 @@ class TorchBuild(Section):
         return row.nccl if row else None
 
     def _nccl(self) -> str | None:
-        return self.nccl or self.bundled_nccl
+        """The NCCL in use: as probed or bannered, else as the report names it, else bundled."""
+        if self.nccl:
+            return self.nccl
+        signatures = self._owner.facts.log.signatures if self._owner.facts is not None else None
+        named = [s.data["version"] for s in signatures or [] if s.id == "nccl_release_mentioned"]
+        return named[0] if named else self.bundled_nccl
 
     def _cuda(self) -> str | None:
         """torch's CUDA runtime; without it, the CUDA the log's NCCL banner was built for
