@@ -13,7 +13,8 @@
    order, ``diagnose --json --nproc N`` (every probe and every micro-test, as a user runs it)
    and ``torchrun --nproc-per-node N`` of a script that imports torch, forms a gloo group, does
    one all_reduce and a barrier: the least any check of N real ranks can cost. Prints the
-   medians and their ratio; the target is a diagnosis at most 2x the floor.
+   medians, their ratio and the median of the per-round ratios; the target is a diagnosis at
+   most 2x the floor by both.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def diagnosis_vs_floor(nproc: int, rounds: int, console: Console) -> None:
     paired = statistics.median(
         d / f for d, f in zip(samples["diagnose --json"], samples["torchrun floor"], strict=True)
     )
-    verdict = "meets" if ratio <= DIAGNOSIS_TARGET else "misses"
+    verdict = "meets" if max(ratio, paired) <= DIAGNOSIS_TARGET else "misses"
     console.print(
         f"diagnose --json / torchrun floor: {ratio:.2f}x of the medians, {paired:.2f}x median"
         f" paired ratio ({verdict} the target of at most {DIAGNOSIS_TARGET:g}x)"

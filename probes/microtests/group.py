@@ -70,12 +70,6 @@ class GroupPlan:
     steps: list[Step]
 
 
-@dataclass
-class GroupResult:
-    info: dict  # the first answer, or {"query_error": why} when none came
-    judged: int  # how many steps, from the first, got a result
-
-
 def run_group(
     plan: GroupPlan | Callable[[dict], GroupPlan],
     *,
@@ -84,13 +78,15 @@ def run_group(
     env: dict[str, str],
     on_start: Callable[[str], None],
     on_result: Callable[[str, Run], None],
-) -> GroupResult:
+) -> dict:
     """Start ``workers`` processes (one where rank 0 may fork the others, as it does when the
     steps run on CPU and it found no GPU; more are started if it cannot) and run the plan:
-    given, or made from the first answer.
+    given, or made from the first answer, which is returned (``{"query_error": why}`` when
+    none came).
 
-    ``on_start(test)`` is called as a step's first rank enters it; ``on_result(test, run)`` once
-    the step is over, in order, the steps before a failure while the group still runs.
+    ``on_start(test)`` and ``on_result(test, run)`` are called in the steps' order, as the
+    group reaches a step and once it is over: the steps before a failure while the group
+    still runs.
     """
     with tempfile.TemporaryDirectory(prefix="diagnose-microtest-") as work:
         group = _Group(Path(work), env, answer_limit)
@@ -146,14 +142,14 @@ class _Group:
         ended = self.dog.exits[key].describe()
         return f"{ended}: {lines[-1].strip()}" if lines else ended
 
-    def run(self, plan, workers, on_start, on_result) -> GroupResult:
+    def run(self, plan, workers, on_start, on_result) -> dict:
         self._start(workers)
         if isinstance(plan, GroupPlan):
             answers, _ = self._answers(workers)
         else:
             answers, error = self._answers(1)
             if not answers:
-                return GroupResult({"query_error": error}, 0)
+                return {"query_error": error}
             plan = plan(next(iter(answers.values())))
         info = next(iter(answers.values()), {})
         fork = forks(self.started, plan, info)
@@ -162,20 +158,19 @@ class _Group:
             answers, _ = self._answers(plan.world_size)
         # A process that never answered fails the first step: its exit or its deadline says why.
         write_whole(self.work / PLAN, asdict(plan) | {"fork": fork})
-        if not plan.world_size:
-            return GroupResult(info, 0)
-        if fork:
-            for rank in range(1, plan.world_size):
-                self.dog.adopt(rank, self.work / f"{rank}.log")
-        return GroupResult(info, self._steps(plan, on_start, on_result))
+        if plan.world_size:
+            if fork:
+                for rank in range(1, plan.world_size):
+                    self.dog.adopt(rank, self.work / f"{rank}.log")
+            self._steps(plan, on_start, on_result)
+        return info
 
-    def _steps(self, plan: GroupPlan, on_start, on_result) -> int:
+    def _steps(self, plan: GroupPlan, on_start, on_result) -> None:
         ranks = range(plan.world_size)
         dirs = [self.work / step.test for step in plan.steps]
         entered = dict.fromkeys(ranks, 0)  # how many steps each rank has entered
         started: dict[int, float] = {}
-        # Until the first step, the ranks may still be importing (what forked ranks share).
-        imports_until = time.monotonic() + self.limit
+        imports_from = time.monotonic()
         on_start(plan.steps[0].test)
         current, deadline_hit = 0, False
         while True:
@@ -204,13 +199,11 @@ class _Group:
                 on_start(plan.steps[current].test)
             if self.dog.ended:
                 break
-            if current in started:
-                late = time.monotonic() >= started[current] + plan.timeout
-            else:
-                late = time.monotonic() >= imports_until
-            if late:
+            # Before the first step, the ranks are still importing: the answer limit applies.
+            limit = plan.timeout if current in started else self.limit
+            if time.monotonic() >= started.get(current, imports_from) + limit:
                 deadline_hit = True
-                self.dog.stop(f"at the {plan.timeout:g} s deadline")
+                self.dog.stop(f"at the {limit:g} s deadline")
                 break
             if self.dog.grace_over(_GRACE_S):
                 self.dog.stop(f"after {who(self.dog.failed_first[0])} failed")
@@ -222,7 +215,6 @@ class _Group:
         watched.exits = {k: e for k, e in watched.exits.items() if k in ranks}
         watched.failed_first = [k for k in watched.failed_first if k in ranks]
         on_result(plan.steps[current].test, self._run(plan, current, watched))
-        return current + 1
 
     def _run(self, plan: GroupPlan, number: int, watched: Watched) -> Run:
         step = plan.steps[number]

@@ -525,7 +525,7 @@ class _Suite:
         # Where a GPU may be, one process per rank from the start; else rank 0 forks the others.
         workers = (self.nproc or 2) if _gpu_nodes() else 1
         while True:
-            outcome = run_group(
+            info = run_group(
                 planned,
                 workers=workers,
                 answer_limit=max(self.timeout, ANSWER_LIMIT_S),
@@ -534,7 +534,7 @@ class _Suite:
                 on_result=self._on_result,
             )
             if self.setup is None:  # no process ever answered: the plan says why
-                self._plan(outcome.info)
+                self._plan(info)
             assert self.setup is not None
             for name, test in self.held:
                 _variants(name, self.setup, test, timeout=self.timeout, notify=self.notify)
