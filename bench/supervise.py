@@ -8,9 +8,11 @@
    not its children) while a healthy job prints a step every STEP_S seconds, measured from
    the job's first step to its last, so Python's and torch's start-up are not counted.
    Target: under 1% of one core.
+3. The zoo (tests/zoo/): every job that hangs, under ``--hang-after H``: the same latency,
+   and the cause named first. Target: under H + 5 s, the zoo's own cause.
 
-    python bench/supervise.py                     # both, H = 3 and 10
-    python bench/supervise.py --hang-after 5 --steps 40
+    python bench/supervise.py                     # all three, H = 3 and 10 (the zoo at H = 3)
+    python bench/supervise.py --hang-after 5 --steps 40 --zoo-only
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def _lines(stream, label: str, sink: list[tuple[float, str, str]]) -> None:
         sink.append((time.monotonic(), label, raw.decode("utf-8", errors="replace").rstrip("\n")))
 
 
-def _start(options: list[str], script: str, env: dict[str, str], out: str) -> tuple[subprocess.Popen, list]:
-    argv = [sys.executable, "-m", "diagnose", "run", "--out", out, *options, "--", *TORCHRUN, str(FIXTURES / script)]
+def _start(options: list[str], script: str | list[str], env: dict[str, str], out: str) -> tuple[subprocess.Popen, list]:
+    job = [*TORCHRUN, str(FIXTURES / script)] if isinstance(script, str) else script
+    argv = [sys.executable, "-m", "diagnose", "run", "--out", out, *options, "--", *job]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
     lines: list[tuple[float, str, str]] = []
     readers = [threading.Thread(target=_lines, args=(s, n, lines), daemon=True) for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
@@ -87,13 +90,46 @@ def overhead(steps: int, step_s: float) -> tuple[float, float]:
     return steady, total[1] / total[0]
 
 
+def zoo(hang_after: float) -> list[tuple[str, float, str, str]]:
+    """(job, seconds from its last output to the report, the cause named first, the zoo's cause)
+    for every job of the zoo that hangs."""
+    sys.path.insert(0, str(ROOT))
+    from tests.zoo.test_zoo import ZOO, free_port
+
+    rows = []
+    for job in (j for j in ZOO if j.outcome == "hung"):
+        with tempfile.TemporaryDirectory() as out:
+            env = dict(os.environ, HANG_TIMEOUT_S="120", PYTHONPATH=str(ROOT))
+            proc, lines = _start(["--hang-after", str(hang_after), "--grace", "2", "--format", "text"],
+                                 job.argv(free_port()), env, out)
+            proc.wait(timeout=hang_after * 3 + 180)
+            for reader in proc.readers:  # type: ignore[attr-defined]
+                reader.join(timeout=5)
+            import json
+
+            top = json.loads((Path(out) / "report.json").read_text())["summary"]["top"]
+        report = next(t for t, stream, text in lines if stream == "out" and text.startswith(REPORT_HEADER))
+        output = [t for t, _, text in lines if t < report and text.strip() and not text.startswith("diagnose run:")]
+        rows.append((job.script, report - max(output), top or "-", job.cause or "-"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hang-after", type=float, action="append", help="repeatable (default 3 and 10)")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--step-s", type=float, default=0.5)
+    parser.add_argument("--zoo-only", action="store_true", help="only the zoo's hangs")
     args = parser.parse_args()
+    zoo_h = (args.hang_after or [3.0])[0]
+    print(f"{'zoo job (hangs)':<36} {'last output -> report':>22}  {'target':>7}  named first")
+    for script, took, top, cause in zoo(zoo_h):
+        verdict = "ok" if took < zoo_h + 5 else "SLOW"
+        named = "ok" if top == cause else f"WRONG (expected {cause})"
+        print(f"{script:<36} {took:>21.2f}s  {zoo_h + 5:>6g}s {verdict}  {top} {named}")
+    if args.zoo_only:
+        return
     print(f"{'--hang-after':>12}  {'last output -> report':>22}  {'target':>8}")
     for hang_after in args.hang_after or [3.0, 10.0]:
         for _ in range(args.runs):

@@ -6,8 +6,9 @@ JSON or markdown document) and a copy is kept in ``OUT/output.log``. Progress is
 output, or a rank process using more than ``CPU_BUSY`` of a core or reading or writing
 anything (a rank importing torch from a slow disk uses little CPU). After
 ``--hang-after`` seconds without progress the job is declared hung; so is a job silent for
-that long whose busy ranks (NCCL busy-waits at 100% CPU) are found twice, ``--hang-after``
-apart, at the same place waiting on their peers (``probes.hang.PEER_WAITS``). Then every
+that long whose ranks waiting on their peers (``probes.hang.PEER_WAITS``) are found twice,
+half a ``--hang-after`` apart, at the same place while some rank stays busy (NCCL busy-waits
+at 100% CPU; a rank may compute a long evaluation while the others wait for it). Then every
 rank's stack is taken (``probes.hang``), the tree is ended (TERM, then KILL after
 ``--grace``) unless ``--keep``, and the output up to the moment of the hang goes through the
 offline log reader. A job that ends by itself is diagnosed from its log alone. The report
@@ -502,10 +503,12 @@ def _watch(proc: subprocess.Popen, tee: _Tee, cpu: _RankWatch, interrupts: _Inte
             last_busy = now
         last_progress = max(tee.last_output, last_busy)
         spinning = False
-        if now - tee.last_output < hang_after:
+        silent = now - tee.last_output
+        if silent < hang_after / 2:
             spin_seen = None
-        elif now - last_progress < hang_after and now - spin_checked >= hang_after:
-            # silent but busy: stuck only if the ranks stay put in a wait on their peers
+        elif now - last_progress < hang_after and now - spin_checked >= hang_after / 2 and (spin_seen is None or silent >= hang_after):
+            # silent but busy: stuck only if the ranks waiting on their peers stay put, looked
+            # at twice half a --hang-after apart within a silence of a whole one
             spin_checked = now
             seen = spin_signature(sample())
             spinning, spin_seen = seen is not None and seen == spin_seen, seen

@@ -67,6 +67,7 @@ from probes.runner import run as run_command
 
 MAX_FRAMES = 40
 LAST_COLLECTIVES = 5
+FR_WAIT_S = 5.0  # for every rank's Flight Recorder dump; a loaded machine can take seconds (it stops once all are in)
 MAX_STEP_OPS = 16  # the most collectives one training step issues that the sequence reader looks for
 PYSPY_TIMEOUT_S = 10.0
 FAULTHANDLER_WAIT_S = 3.0
@@ -501,7 +502,7 @@ def _op_at(per_rank: dict[int, list[Collective]], rank: int, pg: str | None, seq
     return next((c.op for c in per_rank[rank] if c.pg == pg and c.seq == seq), None)
 
 
-def request_flight_recorder(hook_dir: Path, pids: Iterable[int], fr_dir: Path, wait_s: float = 2.0) -> int:
+def request_flight_recorder(hook_dir: Path, pids: Iterable[int], fr_dir: Path, wait_s: float = FR_WAIT_S) -> int:
     """Ask each rank's hook to dump its Flight Recorder; returns how many were asked."""
     asked = 0
     before = {p.name: p.stat().st_mtime for p in fr_dir.glob("rank*.json")} if fr_dir.is_dir() else {}
