@@ -13,7 +13,7 @@ import pytest
 import probes.tables as tables
 from diagnose.engine import evaluate
 from diagnose.kb import KB, load_kb
-from diagnose.rules import AnyCheck, LogCheck
+from diagnose.rules import AnyCheck, FactCheck, LogCheck
 from probes.facts import Driver, Facts, Gpu, Gpus, Host, TorchBuild, facts_from_dict
 from probes.offline import offline_facts
 from probes.signatures import kb_dir
@@ -183,8 +183,12 @@ def test_a_new_gpu_model_is_one_table_row(tmp_path, monkeypatch):
 _VERSION = re.compile(r"\d\\?\.\[?\d|\bcu(?:\d|\(|\[)|\bsm_\d|\+cuda\d|\bcompute_\d")
 
 
+GPU_NAME_FACTS = {"gpus.devices.name", "gpus.models", "cluster.gpu_models"}
+
+
 def _model_words() -> set[str]:
-    words = {c.arch for c in SHIPPED.gpus.capabilities}
+    # brand words stand for gpus.consumer
+    words = {c.arch for c in SHIPPED.gpus.capabilities} | {"geforce", "titan", "quadro"}
     for model in SHIPPED.gpus.models:
         words.add(model.name.lower())
         last = model.name.split()[-1]
@@ -194,6 +198,7 @@ def _model_words() -> set[str]:
 
 
 def _log_patterns(rule) -> list[str]:
+    """The rule's log regexes, and the patterns it tests GPU names with."""
     out, stack = [], [*rule.when, *rule.evidence]
     while stack:
         check = stack.pop()
@@ -201,6 +206,8 @@ def _log_patterns(rule) -> list[str]:
             stack.extend(check.any)
         elif isinstance(check, LogCheck):
             out.append(check.log)
+        elif isinstance(check, FactCheck) and check.fact in GPU_NAME_FACTS and check.regex is not None:
+            out.append(check.regex.pattern)
     return out
 
 
