@@ -5,7 +5,8 @@ progress=None) -> Facts.microtests``. The ranks are separate processes (``python
 probes.microtests.worker``, the same interpreter) that rendezvous through a TCP store on
 127.0.0.1 on a free port: NCCL on CUDA devices where the torch build and a GPU allow, gloo on
 CPU otherwise. The tests that use the same ranks run as the steps of one launch, which imports
-torch once; each step has its own deadline (``timeout``) and its own result. A watchdog kills
+torch once (on a machine without GPUs, rank 0 imports torch and Lightning and forks the other
+ranks); each step has its own deadline (``timeout``) and its own result. A watchdog kills
 the whole process tree when a step's deadline passes or one rank has failed, and reports where
 each rank got to; the steps after a failed one run in a new launch. Two ranks sharing one GPU,
 Lightning's ddp_spawn and the NCCL variants below get launches of their own. Importing this

@@ -7,9 +7,11 @@ Only child processes run this module; it is where torch gets imported. Two ways 
     once for all of them. It imports torch, writes what the parent needs to plan the run
     (torch, CUDA, backends, Lightning) to ``answers/I.json``, then waits for ``plan.json``:
     the world size (an index past it just exits), the backend, and the steps, each with its
-    port and this rank's device. Each step writes to its own channel, ``<test>/rank<R>.jsonl``,
-    so the parent knows which step every rank reached; a step that raises ends the process,
-    and the parent starts a new group for the steps after it.
+    port and this rank's device. With ``fork`` in the plan (every step on CPU, no GPU found)
+    only process 0 was started: it imports what the steps need, forks ranks 1.. and reports
+    their exits to ``exits/<R>.json``. Each step writes to its own channel,
+    ``<test>/rank<R>.jsonl``, so the parent knows which step every rank reached; a step that
+    raises ends the process, and the parent starts a new group for the steps after it.
 ``--test NAME --rank R ...``
     One rank (or, without ``--rank``, the launcher Lightning's spawn strategy grows) of one
     micro-test, for the launches that cannot share a group: NCCL variants, two ranks sharing
