@@ -202,3 +202,59 @@ def test_ddp_spawn_ranks_are_judged_through_their_launcher():
     ranks[1].steps.remove("fit done")
     test = judge("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
     assert (test.status, test.error) == ("failed", "ranks 1 never finished Trainer.fit")
+
+
+def test_on_a_gpu_a_failed_step_gets_its_variants_and_the_steps_after_it_a_new_group(monkeypatch):
+    groups, executed, seen = [], [], []
+
+    def fake_run_group(plan, *, workers, answer_limit, env, on_start, on_result):
+        if callable(plan):
+            plan = plan({**GPU, "device_count": 1})
+        groups.append(([step.test for step in plan.steps], workers))
+        for step in plan.steps:
+            on_start(step.test)
+            run = _fake_run("failed" if step.test == "barrier" else "passed")
+            run.reports[0].steps.append("fit done")
+            on_result(step.test, run)
+            if step.test == "barrier":
+                return {}  # a failed step ends the group
+        return {}
+
+    def fake_execute(name, setup, *, backend, timeout, strategy="ddp", extra_env=None):
+        executed.append((name, backend, extra_env))
+        return _fake_run("passed", backend)
+
+    monkeypatch.setattr(runner, "run_group", fake_run_group)
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    monkeypatch.setattr(runner, "_gpu_nodes", lambda: True)
+    result = runner.run_microtests(progress=lambda *event: seen.append(event))
+
+    # One GPU: two ranks sharing it is a launch of its own, after the group.
+    assert groups == [
+        (["rendezvous", "barrier", "all_reduce", "placement", "lightning_fit"], 2),
+        (["all_reduce", "placement", "lightning_fit"], 1),
+    ]
+    assert result.barrier.status == "failed"
+    assert result.barrier.variants == dict.fromkeys(
+        ("p2p_disabled", "shm_disabled", "ib_disabled", "gloo"), "passed"
+    )
+    assert [getattr(result, n).status for n in TEST_NAMES if n != "barrier"] == ["passed"] * 5
+    assert [(name, backend) for name, backend, _ in executed] == [
+        *[("barrier", "nccl")] * 3,
+        ("barrier", "gloo"),
+        ("duplicate_gpu", "nccl"),
+    ]
+    assert [(n, s) for n, s, _ in seen] == [
+        ("rendezvous", "running"),
+        ("rendezvous", "passed"),
+        ("barrier", "running"),
+        *[("barrier", "running")] * 4,  # one per variant
+        ("barrier", "failed"),
+        *[
+            (n, s)
+            for n in ("all_reduce", "placement", "lightning_fit")
+            for s in ("running", "passed")
+        ],
+        ("duplicate_gpu", "running"),
+        ("duplicate_gpu", "passed"),
+    ]
