@@ -224,3 +224,14 @@ def test_a_rank_that_dies_before_it_answers_skips_every_test_saying_why(tmp_path
         == f"inspecting torch in {sys.executable} failed: exit 3: planted crash"
     )
     assert _leftovers() == []
+
+
+def test_a_lightning_that_fails_to_import_fails_only_the_fit(tmp_path, monkeypatch, launched):
+    (tmp_path / "lightning").mkdir()
+    (tmp_path / "lightning" / "__init__.py").write_text("raise RuntimeError('planted: broken')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    result = run_microtests(["rendezvous", "lightning_fit"], nproc=2, backend="gloo")
+    assert result.rendezvous.status == "passed", result.rendezvous.error
+    assert result.lightning_fit.status == "failed"
+    assert "RuntimeError: planted: broken" in result.lightning_fit.error
+    assert _leftovers() == []
