@@ -100,17 +100,20 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 # --- the job's environment -------------------------------------------------------------------
 
 
-def job_env(base: Mapping[str, str], out: Path, debug_env: bool) -> tuple[dict[str, str], Path | None]:
+def job_env(base: Mapping[str, str], out: Path, debug_env: bool, die_with_us: bool = True) -> tuple[dict[str, str], Path | None]:
     """The job's environment and the Flight Recorder dump folder (None when it is off).
 
     Variables the user set are kept as they are: only unset ones get diagnose's values.
+    ``die_with_us``: the job's Python processes ask to be killed with their parent (not for
+    ``--keep``, whose job must outlive the supervisor).
     """
     env = dict(base)
     hook_dir = out / ".hook"
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR), *filter(None, [base.get("PYTHONPATH")])])
     env["DIAGNOSE_HOOK_DIR"] = str(hook_dir)
     env["DIAGNOSE_HOOK_SIGNAL"] = str(HOOK_SIGNAL)
-    env["DIAGNOSE_DIE_WITH"] = "leader"  # the hook's parent-death chain starts at the job's first process
+    if die_with_us:
+        env["DIAGNOSE_DIE_WITH"] = "leader"  # the hook's parent-death chain starts at the job's first process
     if not debug_env:
         return env, None
     fr_dir = out / "flight-recorder"
@@ -419,7 +422,7 @@ def supervise(
                 stderr=subprocess.PIPE,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=None if keep else _die_with_parent,
             )
         except OSError as exc:
             raise UsageError(f"{command[0]}: cannot start: {exc.strerror or exc}") from None
@@ -722,7 +725,7 @@ def cmd_run(argv: Sequence[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{out}: cannot create: {exc.strerror or exc}") from None
-    env, fr_dir = job_env(os.environ, out.resolve(), debug_env=not args.no_debug_env)
+    env, fr_dir = job_env(os.environ, out.resolve(), debug_env=not args.no_debug_env, die_with_us=not args.keep)
     # a document on stdout must stay parseable: then the job's stdout joins its stderr
     job_stdout = sys.stdout.buffer if fmt == "text" else sys.stderr.buffer
     become_subreaper()

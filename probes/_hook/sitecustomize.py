@@ -41,11 +41,16 @@ def _install() -> None:
         return
     import faulthandler
     import json
+    import signal
     import threading
 
     pid = os.getpid()
     stacks = open(os.path.join(hook_dir, f"{pid}.stack"), "w")  # noqa: SIM115 - held for the process's life
-    faulthandler.register(int(os.environ["DIAGNOSE_HOOK_SIGNAL"]), file=stacks, all_threads=True, chain=False)
+    number = int(os.environ["DIAGNOSE_HOOK_SIGNAL"])
+    # faulthandler puts back the disposition it found when the interpreter shuts down; a
+    # request arriving then must find "ignore", not the default, which ends the process
+    signal.signal(number, signal.SIG_IGN)
+    faulthandler.register(number, file=stacks, all_threads=True, chain=False)
     globals()["_stacks_file"] = stacks
     fr_dir = os.environ.get("DIAGNOSE_FR_DIR")
     if fr_dir and hasattr(os, "mkfifo"):

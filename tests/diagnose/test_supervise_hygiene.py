@@ -157,3 +157,16 @@ def test_killing_the_supervisor_takes_torchrun_its_ranks_and_their_port(tmp_path
     proc.communicate(timeout=10)
     assert not gone(mark), "torchrun or a rank survived the supervisor"
     assert not listening(port)
+
+
+def test_keep_leaves_the_job_running_after_diagnose_run_exits(tmp_path):
+    """--keep: the parent-death signal that otherwise ends the job with us is not asked for."""
+    proc, mark, out = start(tmp_path, DAEMON, str(tmp_path / "daemon.pid"), "hang", options=("--hang-after", "1", "--keep"))
+    try:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err[-2000:]
+        time.sleep(0.5)
+        assert len(jobs(mark)) == 2  # the job and its daemon
+    finally:
+        for left in jobs(mark):
+            left.kill()

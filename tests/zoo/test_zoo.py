@@ -47,6 +47,7 @@ class Job:
     args: tuple[str, ...] = ()
     slow: bool = False
     known_miss: str = ""  # why the cause is not named yet: what has to change, and where
+    hang_after: str = HANG_AFTER
 
     def argv(self, port: int) -> list[str]:
         fill = lambda s: s.replace("{port}", str(port))  # noqa: E731
@@ -68,7 +69,8 @@ ZOO = [
     Job("world_size_too_big.py", PY, "hang.rendezvous-stall", "hung", args=("{port}",)),
     # crashes
     Job("allgather_sizes.py", TORCHRUN, "sync.collective-mismatch", "crashed"),
-    Job("gloo_timeout_fires.py", PY, "sync.collective-timeout", "crashed", args=("{port}",)),
+    # its own 2 s timeout must fire before diagnose's --hang-after does
+    Job("gloo_timeout_fires.py", PY, "sync.collective-timeout", "crashed", args=("{port}",), hang_after="8"),
     Job("lightning_unused_parameters.py", PY, "ddp.unused-parameters", "crashed", slow=True,
         known_miss="the ddp_unused_parameters signature lacks Lightning 2.6's wording "
                    "('It looks like your LightningModule has parameters that were not used')"),
@@ -95,7 +97,7 @@ def free_port() -> int:
 
 def run_job(job: Job, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
     env = dict(os.environ, HANG_TIMEOUT_S="60", PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "diagnose", "run", "--json", "--hang-after", HANG_AFTER, "--grace", "2",
+    argv = [sys.executable, "-m", "diagnose", "run", "--json", "--hang-after", job.hang_after, "--grace", "2",
             "--out", str(out), "--", *job.argv(free_port())]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=out.parent, env=env)
     assert not leftovers(out), "diagnose run left processes behind"
