@@ -204,7 +204,7 @@ def _group(args: argparse.Namespace) -> None:
     guard = _Guard(args.parent_pid, args.deadline)
     write_whole(answer_path(args.out, args.index), query())
     plan = _wait_for_plan(args.out, args.deadline)
-    if plan is None or args.index >= plan["world_size"] or (plan["fork"] and args.index):
+    if plan is None or args.index >= plan["world_size"]:
         return
     rank = args.index
     if plan["fork"]:
