@@ -387,11 +387,7 @@ class Gpus(Section):
 
         lines = self._owner.facts.log.lines if self._owner.facts is not None else None
         about_gpus = [line.text for line in lines or [] if any(w in line.text.lower() for w in _GPU_WORDS)]
-        names = []
-        for text in about_gpus:
-            found = [m.name for m in shipped().gpus.models if m.pattern.search(text)]
-            # "RTX 5070 Ti" also holds "RTX 5070": keep the longest reading of each mention
-            names += [n for n in found if not any(n != other and n in other for other in found)]
+        names = [name for text in about_gpus for name in shipped().models_in(text)]
         return [(n, None) for n in dict.fromkeys(names)]
 
     def _table_rows(self) -> list[tuple[Any, Any]]:

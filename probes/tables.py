@@ -201,6 +201,9 @@ class Tables:
         self.nccl: NcclFile = files["nccl"]
         self.packages: PackagesFile = files["packages"]
         self._capabilities = {Version(c.capability): c for c in self.gpus.capabilities}
+        # the engine asks for the same names and lines once per rule; the tables never change
+        self._by_name: dict[str, GpuModel | None] = {}
+        self._in_text: dict[str, tuple[str, ...]] = {}
 
     @property
     def sources(self) -> dict[str, list[str]]:
@@ -210,8 +213,20 @@ class Tables:
         """The row whose name appears in ``name``; the longest such name wins."""
         if not name:
             return None
-        found = [m for m in self.gpus.models if m.pattern.search(name)]
-        return max(found, key=lambda m: len(m.name)) if found else None
+        if name not in self._by_name:
+            _bounded(self._by_name)
+            found = [m for m in self.gpus.models if m.pattern.search(name)]
+            self._by_name[name] = max(found, key=lambda m: len(m.name)) if found else None
+        return self._by_name[name]
+
+    def models_in(self, text: str) -> tuple[str, ...]:
+        """The models a line of text names, each mention read as the longest row it matches
+        ("RTX 5070 Ti" is not also an "RTX 5070")."""
+        if text not in self._in_text:
+            _bounded(self._in_text)
+            found = [m.name for m in self.gpus.models if m.pattern.search(text)]
+            self._in_text[text] = tuple(n for n in found if not any(n != o and n in o for o in found))
+        return self._in_text[text]
 
     def capability(self, capability: str | None) -> Capability | None:
         v = version(capability)
@@ -252,6 +267,12 @@ class Tables:
         rows = self.packages.requirements.get("lightning" if package == "pytorch-lightning" else package, [])
         covering = [r for r in rows if v is not None and Version(r.since) <= v]
         return SpecifierSet(max(covering, key=lambda r: Version(r.since)).torch) if covering else None
+
+
+def _bounded(cache: dict[str, Any], size: int = 4096) -> None:
+    # a long-lived process reads many logs; the cache only has to cover one diagnosis
+    if len(cache) >= size:
+        cache.clear()
 
 
 def _place(loc: tuple[Any, ...]) -> str:
