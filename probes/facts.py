@@ -280,7 +280,8 @@ class TorchBuild(Section):
         """A defect of this NCCL release that a later one fixed (kb/tables/nccl.yaml), if any."""
         from probes.tables import shipped
 
-        issues = shipped().nccl_issues(self._nccl())
+        gpus = self._owner.facts.gpus if self._owner.facts is not None else None
+        issues = shipped().nccl_issues(self._nccl(), gpus.arch if gpus is not None else None)
         if not issues:
             return None
         i = issues[0]

@@ -129,6 +129,7 @@ def _check_specifier(value: str) -> str:
 
 class NcclIssue(_Row):
     versions: str
+    archs: list[str] = Field(default_factory=list)  # only on these architectures; empty: on any
     issue: str
     fixed_in: str
     workaround: str
@@ -256,9 +257,12 @@ class Tables:
         v = version(torch_version)
         return None if v is None else [f for f in self.torch.features if v < Version(f.since)]
 
-    def nccl_issues(self, nccl: str | None) -> list[NcclIssue]:
+    def nccl_issues(self, nccl: str | None, archs: list[str] | None = None) -> list[NcclIssue]:
+        """The known defects of an NCCL release; with the job's architectures known, only
+        those that occur on them."""
         v = version(nccl)
-        return [i for i in self.nccl.known_issues if v in SpecifierSet(i.versions)] if v else []
+        found = [i for i in self.nccl.known_issues if v in SpecifierSet(i.versions)] if v else []
+        return [i for i in found if not (archs and i.archs) or set(archs) & set(i.archs)]
 
     def torch_requirement(self, package: str, installed: str | None) -> SpecifierSet | None:
         """What ``package`` at version ``installed`` needs of torch (None: no row covers it)."""
@@ -321,6 +325,13 @@ def load_tables(root: Path | None = None) -> Tables:
                 if version(m.capability) not in known:
                     where = _row_line(text, ("models", i))
                     raise TableError(f"{path}{where}: models[{i}].capability: no row for compute capability {m.capability}")
+    archs = {c.arch for c in files["gpus"].capabilities}
+    for i, issue in enumerate(files["nccl"].known_issues):
+        unknown = sorted(set(issue.archs) - archs)
+        if unknown:
+            path = folder / "nccl.yaml"
+            where = _row_line(path.read_text(encoding="utf-8"), ("known_issues", i))
+            raise TableError(f"{path}{where}: known_issues[{i}].archs: not an architecture of gpus.yaml: {unknown}")
     return Tables(files)
 
 

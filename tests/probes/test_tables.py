@@ -45,6 +45,8 @@ def test_every_table_loads_and_cites_https_sources():
          r"packages\.yaml: requirements\.lightning\[\d+\]\.torch: not a version specifier"),
         ("nccl.yaml", "sources:\n", "sources: []\nunused:\n",
          r"nccl\.yaml:\d*:? ?sources: List should have at least 1 item"),
+        ("nccl.yaml", "archs: [hopper]", "archs: [hoper]",
+         r"nccl\.yaml:\d+: known_issues\[1\]\.archs: not an architecture of gpus\.yaml: \['hoper'\]"),
     ],
 )
 def test_a_bad_row_is_one_line_naming_file_and_place(tmp_path, file, old, new, expected):
@@ -113,6 +115,9 @@ def test_nccl_facts_come_from_the_build_or_the_release_table():
     assert facts.torch.nccl_supports_gpu_arch is True and facts.torch.nccl_known_issue is None
     facts.torch = TorchBuild(nccl="2.4.2")
     assert "fixed in 2.4.6" in facts.torch.nccl_known_issue
+    facts.torch = TorchBuild(nccl="2.15.1")  # the Ring/LL128 hang of 2.15.1 was on H100s
+    assert "fixed in 2.15.5" in facts.torch.nccl_known_issue
+    assert facts_with("NVIDIA A100-SXM4-80GB", TorchBuild(nccl="2.15.1")).torch.nccl_known_issue is None
 
 
 def test_driver_against_torch_cuda_counts_minor_version_compatibility():
