@@ -502,30 +502,30 @@ def _op_at(per_rank: dict[int, list[Collective]], rank: int, pg: str | None, seq
     return next((c.op for c in per_rank[rank] if c.pg == pg and c.seq == seq), None)
 
 
-def request_flight_recorder(hook_dir: Path, pids: Iterable[int], fr_dir: Path, wait_s: float = FR_WAIT_S) -> int:
-    """Ask each rank's hook to dump its Flight Recorder; returns how many were asked."""
-    asked = 0
-    before = {p.name: p.stat().st_mtime for p in fr_dir.glob("rank*.json")} if fr_dir.is_dir() else {}
+def request_flight_recorder(hook_dir: Path, pids: Iterable[int], wait_s: float = FR_WAIT_S) -> int:
+    """Ask each rank's hook to dump its Flight Recorder; returns how many were asked. Waits
+    until each has answered (``PID.fr-done``: dumped, or nothing to dump before
+    init_process_group), at most ``wait_s``."""
+    asked: list[Path] = []
     for pid in pids:
         fifo = hook_dir / f"{pid}.fr"
+        answer = hook_dir / f"{pid}.fr-done"
+        answer.unlink(missing_ok=True)
         try:
             fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO when no hook listens
         except OSError:
             continue
         try:
             os.write(fd, b"dump\n")
-            asked += 1
+            asked.append(answer)
         except OSError:
             pass
         finally:
             os.close(fd)
     deadline = time.monotonic() + wait_s
-    while asked and time.monotonic() < deadline:
-        fresh = [p for p in fr_dir.glob("rank*.json") if before.get(p.name) != p.stat().st_mtime]
-        if len(fresh) >= asked:
-            break
+    while asked and time.monotonic() < deadline and not all(a.exists() for a in asked):
         time.sleep(0.05)
-    return asked
+    return len(asked)
 
 
 # --- the Flight Recorder as sequences ----------------------------------------------------------
@@ -862,7 +862,7 @@ def collect_hang(
     live_ranks = {p.rank for p in procs if p.rank is not None}
     gone = [p for p in known if p.rank is not None and p.rank not in live_ranks and not psutil.pid_exists(p.pid)]
     if fr_dir is not None and hook_dir is not None:
-        request_flight_recorder(hook_dir, [p.pid for p in procs], fr_dir)
+        request_flight_recorder(hook_dir, [p.pid for p in procs])
     hang.ranks, notes = take_stacks(procs, hook_dir=hook_dir, py_spy=py_spy, methods=methods)
     if any(s.state == "unavailable" for s in hang.ranks):
         hang.unavailable["ranks.frames"] = "; ".join(notes) or "no stack method worked"

@@ -72,7 +72,7 @@ def _serve_flight_recorder(fifo: str, fr_dir: str) -> None:
         try:
             distributed = sys.modules.get("torch.distributed")
             if distributed is None or not distributed.is_initialized():
-                continue
+                continue  # the finally below still answers
             from torch._C._distributed_c10d import _dump_fr_trace_json
 
             dump = _dump_fr_trace_json(True, True)
@@ -82,6 +82,12 @@ def _serve_flight_recorder(fifo: str, fr_dir: str) -> None:
             os.replace(path + ".tmp", path)
         except Exception:  # noqa: BLE001 - a failed dump must never disturb the job
             pass
+        finally:
+            # answered, dump or none (not initialised yet): the supervisor stops waiting for us
+            try:
+                open(fifo + "-done", "w").close()
+            except OSError:
+                pass
 
 
 def _chain() -> None:
