@@ -27,42 +27,43 @@ from typing import Any
 
 from probes.facts import Facts, Gpu, Log, Section, Skipped, Source
 from probes.log import LogError, log_from_text, read_log
+from probes.patterns import compile as _linear  # the texts are untrusted: linear-time matching
 from probes.report import parse_report
 
 _LAUNCH = [
-    (re.compile(r"\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\bpython -m torch\.distributed"), "torchrun"),
-    (re.compile(r"(?:^|[\s$`])srun\s"), "slurm"),
-    (re.compile(r"\b(?:mpirun|mpiexec)\b"), "mpirun"),
-    (re.compile(r"\baccelerate launch\b|\bnotebook_launcher\s*\("), "accelerate"),
-    (re.compile(r"(?:^|[\s$`])deepspeed\s+(?:--\w|\S+\.py)"), "deepspeed"),
+    (_linear(r"\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\bpython -m torch\.distributed"), "torchrun"),
+    (_linear(r"(?:^|[\s$`])srun\s"), "slurm"),
+    (_linear(r"\b(?:mpirun|mpiexec)\b"), "mpirun"),
+    (_linear(r"\baccelerate launch\b|\bnotebook_launcher\s*\("), "accelerate"),
+    (_linear(r"(?:^|[\s$`])deepspeed\s+(?:--\w|\S+\.py)"), "deepspeed"),
 ]
 _INT_ARGS = {
-    "local_world_size": re.compile(r"--nproc[_-]per[_-]node[= ]+(\d+)"),
-    "nnodes": re.compile(r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)\b(?!:)|\bnum_nodes\s*=\s*(\d+)"),
-    "node_rank": re.compile(r"--node[_-]rank[= ]+(\d+)"),
-    "master_port": re.compile(r"--master[_-]port[= ]+(\d+)"),
-    "world_size": re.compile(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)|--num[_-]processes[= ]+(\d+)"),
-    "slurm_ntasks_per_node": re.compile(r"--ntasks-per-node[= ]+(\d+)"),
+    "local_world_size": _linear(r"--nproc[_-]per[_-]node[= ]+(\d+)"),
+    "nnodes": _linear(r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)(?:[^\d:]|$)|\bnum_nodes\s*=\s*(\d+)"),
+    "node_rank": _linear(r"--node[_-]rank[= ]+(\d+)"),
+    "master_port": _linear(r"--master[_-]port[= ]+(\d+)"),
+    "world_size": _linear(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)|--num[_-]processes[= ]+(\d+)"),
+    "slurm_ntasks_per_node": _linear(r"--ntasks-per-node[= ]+(\d+)"),
 }
 _STRATEGY = [
-    re.compile(r"""\bstrategy\s*=\s*["'](?P<s>\w+)["']"""),
-    re.compile(r"--strategy[= ]+[\"']?(?P<s>\w+)"),
-    re.compile(r"""\b(?:accelerator|distributed_backend)\s*=\s*["'](?P<s>ddp\w*|dp|ddp2|horovod)["']"""),
-    re.compile(r"\bstrategy\s*=\s*(?P<cls>DDP|FSDP|DeepSpeed|DDPSpawn|SingleDevice)Strategy\("),
+    _linear(r"""\bstrategy\s*=\s*["'](?P<s>\w+)["']"""),
+    _linear(r"--strategy[= ]+[\"']?(?P<s>\w+)"),
+    _linear(r"""\b(?:accelerator|distributed_backend)\s*=\s*["'](?P<s>ddp\w*|dp|ddp2|horovod)["']"""),
+    _linear(r"\bstrategy\s*=\s*(?P<cls>DDP|FSDP|DeepSpeed|DDPSpawn|SingleDevice)Strategy\("),
 ]
 _STRATEGY_CLASS = {"DDP": "ddp", "FSDP": "fsdp", "DeepSpeed": "deepspeed", "DDPSpawn": "ddp_spawn",
                    "SingleDevice": "single_device"}
 _DEVICES = [
-    re.compile(r"\b(?:devices|gpus|num_gpus|n_gpus)\s*=\s*(?P<n>\d+)\b"),
-    re.compile(r"--(?:devices|gpus|num[_-]gpus)[= ]+(?P<n>\d+)\b(?![,\d])"),
-    re.compile(r"""\b(?:devices|gpus)\s*=\s*\[(?P<list>[\d, ]+)\]"""),
-    re.compile(r"""(?:\b(?:devices|gpus)\s*=\s*|--(?:devices|gpus)[= ]+)["'](?P<list>\d+(?:\s*,\s*\d+)+)["']"""),
-    re.compile(r"\bnum_processes\s*=\s*(?P<n>\d+)\b"),
+    _linear(r"\b(?:devices|gpus|num_gpus|n_gpus)\s*=\s*(?P<n>\d+)\b"),
+    _linear(r"--(?:devices|gpus|num[_-]gpus)[= ]+(?P<n>\d+)\b(?![,\d])"),
+    _linear(r"""\b(?:devices|gpus)\s*=\s*\[(?P<list>[\d, ]+)\]"""),
+    _linear(r"""(?:\b(?:devices|gpus)\s*=\s*|--(?:devices|gpus)[= ]+)["'](?P<list>\d+(?:\s*,\s*\d+)+)["']"""),
+    _linear(r"\bnum_processes\s*=\s*(?P<n>\d+)\b"),
 ]
-_VISIBLE = re.compile(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?=\s|$|;)""")
+_VISIBLE = _linear(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?:\s|$|;)""")
 # Lightning's banner: "GPU available: True (cuda), used: True"
-_GPU_AVAILABLE = re.compile(r"^GPU available: (True|False)\b", re.MULTILINE)
-_INTERACTIVE = re.compile(
+_GPU_AVAILABLE = _linear(r"^GPU available: (True|False)\b", multiline=True)
+_INTERACTIVE = _linear(
     r"ipykernel|<ipython-input-|/tmp/ipykernel_|google\.colab|\bnotebook_launcher\b|"
     r"(?i:\bjupyter (?:notebook|lab)\b|\bin (?:a )?(?:jupyter|colab)\b)"
 )

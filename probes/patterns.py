@@ -3,7 +3,7 @@
 Python's ``re`` backtracks: ``(a+)+$`` or ``.*x.*y`` over a long hostile line can run for
 minutes. Every pattern therefore goes to RE2 (``google-re2``), whose matching time is linear
 in the text. RE2 has no look-around and no back-references; a pattern that needs them runs
-on Python's ``re`` only when it is tame (no repetition nested in an unbounded repetition, at
+on Python's ``re``, line by line, only when it is tame (no repetition nested in an unbounded repetition, at
 most ``MAX_UNBOUNDED`` unbounded repetitions), and then only over the first ``window``
 characters of each line, chosen so that ``window ** (k + 1)`` (the backtracking worst case
 with k unbounded repetitions, searched from every start) stays under ``STEP_BUDGET``.
@@ -147,9 +147,8 @@ class _Bounded:
         self.groups = compiled.groups
 
     def _pieces(self, text: str) -> Iterator[str]:
-        if not self._multiline:
-            yield text[: self.window]
-            return
+        # line by line whatever the flags: the window bounds one line's backtracking, and a
+        # pattern that must look across lines cannot be bounded this way
         for line in text.split("\n"):
             yield line[: self.window]
 

@@ -178,3 +178,12 @@ def test_a_ten_megabyte_hostile_log_is_diagnosed(tmp_path: Path) -> None:
     proc = run("--json", "--log", str(log), timeout=60)
     assert proc.returncode in (0, 1), proc.stderr.decode()
     assert json.loads(proc.stdout)["findings"]
+
+
+def test_mpirun_repeated_in_a_pasted_report(tmp_path: Path) -> None:
+    """Quadratic in the old launcher search (1 MB did not finish in 120 s); linear now."""
+    report = tmp_path / "env.txt"
+    report.write_text("PyTorch version: 2.1.0\n" + "mpirun " * 150_000 + "-np 4\n", encoding="utf-8")
+    proc = run("facts", "--report", str(report), timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout)["launcher"]["world_size"] == 4
