@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diagnose.cli import Exit, UsageError, kb_option, Parser
-from diagnose.render import md_cell, machine_summary, render
+from diagnose.render import md_cell, machine_summary, render, safe_report
 from diagnose.report import Report
 from probes.facts import Cluster, ClusterNode, Facts
 
@@ -104,14 +104,17 @@ def _write(facts: Facts, kb, fmt: str, args) -> int:
     report = evaluate(facts, kb)
     text = render_cluster(report, fmt)
     if args.save_facts and not args.snapshot:
-        from probes.facts import dump_snapshot
+        from probes.facts import dump_snapshot, facts_from_dict
+        from probes.redact import scrub
 
-        _write_file(args.save_facts, dump_snapshot(facts) + "\n")
+        safe = facts_from_dict(scrub(facts.model_dump(mode="json", warnings=False)), "facts")
+        _write_file(args.save_facts, dump_snapshot(safe) + "\n")
     if args.out:
         _write_file(args.out, text)
     else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        from diagnose.cli import emit
+
+        emit(text)
     return Exit.FINDINGS if report.has_error else Exit.OK
 
 
@@ -131,9 +134,9 @@ def render_cluster(report: Report, fmt: str) -> str:
     JSON carries the same in ``facts.cluster``: the nodes' facts, the ranks, the derived facts.
     """
     body = render(report, fmt)
-    cluster = report.facts.cluster
-    if fmt == "json" or cluster is None:
+    if fmt == "json" or report.facts.cluster is None:
         return body
+    cluster = safe_report(report).facts.cluster  # the node sections leave the tool too
     if fmt == "markdown":
         return body + "\n" + "\n".join(_markdown(cluster)) + "\n"
     return body + "\n" + "\n".join(_text(cluster)) + "\n"

@@ -139,6 +139,13 @@ def identity(environ: Mapping[str, str]) -> Identity:
     )
 
 
+def node_key(arrival: Mapping[str, Any]) -> int | str:
+    """What tells nodes apart: the launcher's node rank (torchrun's GROUP_RANK, SLURM_NODEID),
+    else the node's name. Two torchrun nodes on one host share a hostname, not a node rank."""
+    node_rank = arrival.get("node_rank")
+    return node_rank if isinstance(node_rank, int) else str(arrival.get("node"))
+
+
 def expected_nodes(me: Identity, environ: Mapping[str, str]) -> dict[int, tuple[int | None, str | None]]:
     """rank -> (node rank, node name) as the launcher lays ranks out: names the ranks that never come.
 
@@ -407,7 +414,7 @@ class _Rank:
         import torch
         import torch.distributed as dist
 
-        mine = self._nodes()[self.me.node]
+        mine = self._nodes()[node_key({"node": self.me.node, "node_rank": self.me.node_rank})]
         if len(mine) < 2:
             return
         self.step("intra-node all_reduce")
@@ -460,10 +467,10 @@ class _Rank:
         self._sync()
         return (time.perf_counter() - start) / timed
 
-    def _nodes(self) -> dict[str, list[int]]:
-        nodes: dict[str, list[int]] = {}
+    def _nodes(self) -> dict[int | str, list[int]]:
+        nodes: dict[int | str, list[int]] = {}
         for rank in sorted(self.roster):
-            nodes.setdefault(self.roster[rank]["node"], []).append(rank)
+            nodes.setdefault(node_key(self.roster[rank]), []).append(rank)
         return nodes
 
     # results ----------------------------------------------------------------------------------
@@ -547,12 +554,24 @@ def assemble(
 ) -> Facts:
     """The job's Facts: rank 0's node in the usual sections, every node and rank in ``cluster``."""
     cluster = Cluster(source="live", world_size=me.world_size, nnodes=me.nnodes, backend=backend)
-    nodes: dict[str, ClusterNode] = {}
+    where: dict[int, tuple[int | str, str, int | None]] = {}  # rank -> (node key, name, node rank)
+    for rank in range(me.world_size):
+        arrival = roster.get(rank) or {}
+        node_rank, expected = layout.get(rank, (None, None))
+        node_rank = arrival.get("node_rank", node_rank)
+        name = arrival.get("node") or expected or (f"node {node_rank}" if node_rank is not None else "unknown node")
+        where[rank] = (node_key({"node": name, "node_rank": node_rank}), name, node_rank)
+    # the hostname is the label; where one host runs several nodes, their node ranks tell them apart
+    keys_of: dict[str, set[int | str]] = {}
+    for key, name, _ in where.values():
+        keys_of.setdefault(name, set()).add(key)
+    nodes: dict[int | str, ClusterNode] = {}
     for rank in range(me.world_size):
         arrival, payload = roster.get(rank), payloads.get(rank)
-        node_rank, expected = layout.get(rank, (None, None))
-        name = (arrival or {}).get("node") or expected or (f"node {node_rank}" if node_rank is not None else "unknown node")
-        node = nodes.setdefault(name, ClusterNode(name=name, node_rank=(arrival or {}).get("node_rank", node_rank)))
+        key, name, node_rank = where[rank]
+        if len(keys_of[name]) > 1 and node_rank is not None:
+            name = f"{name} (node {node_rank})"
+        node = nodes.setdefault(key, ClusterNode(name=name, node_rank=node_rank))
         node.ranks.append(rank)
         if arrival and node.hostname is None:
             node.hostname = arrival.get("hostname")
