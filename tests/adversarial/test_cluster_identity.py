@@ -55,17 +55,15 @@ def test_two_real_torchrun_nodes_on_one_host(tmp_path) -> None:
 
     mark, port = uuid.uuid4().hex[:8], _free_port()
     report = tmp_path / "report.json"
-    procs = []
-    for node in (0, 1):
-        argv = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-            "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-            "-m", "diagnose", "cluster", "--json", "--out", str(report), "--microtests", "none",
-            "--timeout", "60", "--join-timeout", "45",
-        ]  # fmt: skip
-        env = _env(mark, **({"NCCL_P2P_DISABLE": "1"} if node == 1 else {}))
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+    program = ["-m", "diagnose", "cluster", "--json", "--out", str(report), "--microtests", "none", "--timeout", "60"]
+
+    def start(node: int, **extra: str) -> subprocess.Popen:
         log = (tmp_path / f"node{node}.log").open("wb")
-        procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        argv = [sys.executable, "-m", "torch.distributed.run", "--node-rank", str(node), *common, *program]
+        return subprocess.Popen(argv, cwd=ROOT, env=_env(mark, **extra), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    procs = [start(0), start(1, NCCL_P2P_DISABLE="1")]  # the variable is set on node 1 only
     _run_all(procs, mark, limit=90)
     _no_orphans(mark)
     assert report.exists(), (tmp_path / "node0.log").read_text()[-3000:]
