@@ -831,14 +831,20 @@ PEER_WAITS = frozenset(
 )
 
 
+STARTUP_WAITS = frozenset({"rendezvous", "init_process_group"})
+
+
 def spin_signature(stacks: Sequence[RankStack]) -> tuple | None:
     """What must stay the same between two looks for busy ranks to count as stuck: the place
     and innermost frame of every rank that waits on its peers (a rank busy with its own work
     meanwhile, a slow evaluation, moves; the ones waiting for it do not); None unless some
     rank waits on its peers."""
     waiting = [s for s in stacks if s.waiting_in in PEER_WAITS]
+    elsewhere = [s for s in stacks if s.waiting_in not in PEER_WAITS]
     if not waiting:
         return None
+    if elsewhere and (any(s.waiting_in in STARTUP_WAITS for s in waiting) or any(s.waiting_in == "import" for s in elsewhere)):
+        return None  # ranks waiting at start-up for one still importing or loading: starting, not stuck
     return tuple(sorted((s.pid or 0, s.waiting_in or "", *((s.frames[0].file, s.frames[0].line) if s.frames else ())) for s in waiting))
 
 

@@ -90,6 +90,12 @@ def test_spin_signature_needs_a_rank_waiting_on_its_peers_and_tracks_where_each_
     assert spin_signature([waiting, computing]) == spin_signature([waiting, moved])
     waiting_elsewhere = rank_stack(frames((SITE + "torch/distributed/distributed_c10d.py", "barrier"), USER), pid=1)
     assert spin_signature([waiting, computing]) != spin_signature([waiting_elsewhere, computing])
+    # at start-up, waiting in rendezvous for a rank that is still importing is no hang
+    at_start = rank_stack(frames((SITE + "torch/distributed/rendezvous.py", "_create_c10d_store"), USER), pid=1)
+    importing = rank_stack(frames(("<frozen importlib._bootstrap>", "_find_and_load"), USER), pid=2)
+    assert spin_signature([at_start, computing]) is None
+    assert spin_signature([waiting, importing]) is None
+    assert spin_signature([at_start, rank_stack(frames((SITE + "torch/distributed/rendezvous.py", "_create_c10d_store"), USER), pid=2)])
 
 
 def test_user_frame_skips_libraries_and_stdlib():

@@ -127,6 +127,10 @@ def test_zoo_job_is_named_first(job: Job, tmp_path):
         assert (proc.returncode, found) == (0, []), context
         return
     assert proc.returncode != 0, context
+    if job.outcome == "hung" and job.cause != "hang.rendezvous-stall":
+        # caught where the cause shows, not while a rank was still starting up
+        places = {r["waiting_in"] for r in hang["ranks"]}
+        assert not places & {"import", "rendezvous", "init_process_group"}, context
     assert found and found[0] == job.cause, context
     # what it ran on was seen live, while the job ran
     assert report["facts"]["torch"]["version"] and report["facts"]["gpus"]["count"] == 0, context
