@@ -39,10 +39,10 @@ def _lines(stream, label: str, sink: list[tuple[float, str, str]]) -> None:
         sink.append((time.monotonic(), label, raw.decode("utf-8", errors="replace").rstrip("\n")))
 
 
-def _start(options: list[str], script: str | list[str], env: dict[str, str], out: str) -> tuple[subprocess.Popen, list]:
+def _start(options: list[str], script: str | list[str], env: dict[str, str], out: str, cwd: Path = ROOT) -> tuple[subprocess.Popen, list]:
     job = [*TORCHRUN, str(FIXTURES / script)] if isinstance(script, str) else script
     argv = [sys.executable, "-m", "diagnose", "run", "--out", out, *options, "--", *job]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
     lines: list[tuple[float, str, str]] = []
     readers = [threading.Thread(target=_lines, args=(s, n, lines), daemon=True) for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
     for reader in readers:
@@ -100,14 +100,15 @@ def zoo(hang_after: float) -> list[tuple[str, float, str, str]]:
     for job in (j for j in ZOO if j.outcome == "hung"):
         with tempfile.TemporaryDirectory() as out:
             env = dict(os.environ, HANG_TIMEOUT_S="120", PYTHONPATH=str(ROOT))
+            # the jobs write where they run (checkpoints): there, not in the checkout
             proc, lines = _start(["--hang-after", str(hang_after), "--grace", "2", "--format", "text"],
-                                 job.argv(free_port()), env, out)
+                                 job.argv(free_port()), env, str(Path(out) / "run"), cwd=Path(out))
             proc.wait(timeout=hang_after * 3 + 180)
             for reader in proc.readers:  # type: ignore[attr-defined]
                 reader.join(timeout=5)
             import json
 
-            top = json.loads((Path(out) / "report.json").read_text())["summary"]["top"]
+            top = json.loads((Path(out) / "run" / "report.json").read_text())["summary"]["top"]
         report = next(t for t, stream, text in lines if stream == "out" and text.startswith(REPORT_HEADER))
         output = [t for t, _, text in lines if t < report and text.strip() and not text.startswith("diagnose run:")]
         rows.append((job.script, report - max(output), top or "-", job.cause or "-"))

@@ -2,8 +2,6 @@
 runs more training steps than the other and waits for it in DDP's gradient all_reduce
 (sync.uneven-batches)."""
 
-import tempfile
-
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -31,5 +29,5 @@ class Model(L.LightningModule):
 if __name__ == "__main__":
     # the checkpoint at the end of the epoch: the rank that ran out of data waits there
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
-                        default_root_dir=tempfile.mkdtemp(), enable_progress_bar=False, enable_model_summary=False)
+                        default_root_dir=".", enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Model(), DataLoader(Shard(), batch_size=1))
