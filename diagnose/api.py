@@ -79,5 +79,5 @@ def diagnose_text(
     from diagnose.engine import evaluate
     from diagnose.kb import load_kb
 
-    kb = kb or load_kb(list(extra_kb))
+    kb = kb or load_kb(extra_kb)
     return evaluate(offline_facts(report, log, kb=kb), kb)

@@ -355,7 +355,8 @@ def evaluate(facts: Facts, kb: KB) -> Report:
             not_checked.append(_outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown)))
 
     candidates.sort(key=_rank_key)
-    findings.extend(candidates[:MAX_CANDIDATES])
+    findings.sort(key=_rank_key)
+    findings.extend(candidates[:MAX_CANDIDATES])  # after every cause whose own evidence fired
     for extra in candidates[MAX_CANDIDATES:]:
         possible.append(_outcome(kb.get(extra.id), "a less common cause of the observed symptoms"))
     symptoms = shipped_catalog().symptoms
@@ -363,7 +364,6 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         SymptomSeen(id=s, title=symptoms[s].title, check=symptoms[s].check.strip(), shown_by=sources)
         for s, sources in sorted(observed.items())
     ]
-    findings.sort(key=_rank_key)
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
     return Report.model_construct(
         schema_version=Report.model_fields["schema_version"].default,

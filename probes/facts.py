@@ -1009,4 +1009,7 @@ def load_snapshot(path: str | Path) -> Facts:
 
 
 def dump_snapshot(facts: Facts) -> str:
-    return facts.model_dump_json(indent=2)
+    """The snapshot as JSON, with every credential redacted: saved files get pasted into issues."""
+    from probes.redact import scrub
+
+    return facts_from_dict(scrub(facts.model_dump(mode="json", warnings=False))).model_dump_json(indent=2)
