@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagnose.cli import Exit, UsageError, kb_option, Parser
-from diagnose.render import md_cell, machine_summary, render, safe_report
+from diagnose.contract import Exit, Parser, UsageError, emit, kb_option
+from diagnose.render import machine_summary, md_cell, render, safe_report
 from diagnose.report import Report
 from probes.facts import Cluster, ClusterNode, Facts
 
@@ -60,7 +60,7 @@ def cmd_cluster(argv: Sequence[str]) -> int:
     from diagnose.kb import load_kb
 
     if args.snapshot:
-        from probes.facts import load_snapshot
+        from probes.snapshot import load_snapshot
 
         facts = load_snapshot(args.snapshot)
         if facts.cluster is None:
@@ -104,7 +104,7 @@ def _write(facts: Facts, kb, fmt: str, args) -> int:
     report = evaluate(facts, kb)
     text = render_cluster(report, fmt)
     if args.save_facts and not args.snapshot:
-        from probes.facts import dump_snapshot, facts_from_dict
+        from probes.snapshot import dump_snapshot, facts_from_dict
         from probes.redact import scrub
 
         safe = facts_from_dict(scrub(facts.model_dump(mode="json", warnings=False)), "facts")
@@ -112,8 +112,6 @@ def _write(facts: Facts, kb, fmt: str, args) -> int:
     if args.out:
         _write_file(args.out, text)
     else:
-        from diagnose.cli import emit
-
         emit(text)
     return Exit.FINDINGS if report.has_error else Exit.OK
 

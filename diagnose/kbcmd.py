@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from diagnose.cli import Exit, UsageError
+from diagnose.contract import Exit, UsageError
 from diagnose.kb import KBError, load_kb
 
 

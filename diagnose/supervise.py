@@ -45,7 +45,7 @@ from typing import IO
 
 import psutil
 
-from diagnose.cli import Exit, UsageError, kb_option, Parser
+from diagnose.contract import Exit, Parser, UsageError, kb_option
 from probes.facts import Hang
 from probes.hang import (
     HOOK_DIR, HOOK_SIGNAL, RankProcess, collect_hang, find_pyspy, find_ranks, first_failure, spin_signature, take_stacks,
@@ -717,7 +717,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     from diagnose.engine import evaluate
     from diagnose.kb import load_kb
     from diagnose.render import render
-    from probes.facts import dump_snapshot
+    from probes.snapshot import dump_snapshot
 
     kb = load_kb(args.kb)  # a broken rule stops us before the job starts, not after it hangs
     out = Path(args.out or f"diagnose-run-{datetime.now().strftime('%Y%m%d-%H%M%S')}")

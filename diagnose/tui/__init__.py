@@ -2,7 +2,7 @@
 
 A thin view over the same Report that ``--json`` prints: facts are gathered in a Textual
 worker thread that posts typed messages back, the engine ranks them, and the screens only
-render the result. Only ``diagnose.cli`` imports this package, and only at a terminal, so
+render the result. Only the commands import this package, and only at a terminal, so
 ``import diagnose`` never pays for Textual.
 """
 

@@ -181,16 +181,16 @@ def make_app(
 
 def planned_steps(args: argparse.Namespace) -> list[str]:
     """The rows the run screen starts with; steps it was not told about are added as they report."""
-    from diagnose.cli import _is_offline, _microtest_names
+    from diagnose.gather import is_offline, microtest_names
     from probes.facts import MicroTests, Section
 
     if args.snapshot:
         return ["snapshot"]
-    if _is_offline(args):
+    if is_offline(args):
         return ["evidence"]
     from probes.collect import STEPS
 
-    tests = _microtest_names(args.microtests, False)
+    tests = microtest_names(args.microtests, False)
     if tests is None:
         tests = [name for name in MicroTests.model_fields if name not in Section.model_fields]
     return [*STEPS, *tests]
@@ -198,10 +198,10 @@ def planned_steps(args: argparse.Namespace) -> list[str]:
 
 def cli_gather(args: argparse.Namespace, steps: Sequence[str]) -> Gather:
     """gather_facts for these args; reading saved evidence reports itself as one step."""
-    from diagnose.cli import _is_offline, gather_facts
+    from diagnose.gather import gather_facts, is_offline
 
     def gather(progress: Progress) -> Facts:
-        if not _is_offline(args):
+        if not is_offline(args):
             return gather_facts(args, progress)
         step = steps[0]
         sources = [args.snapshot] if args.snapshot else [*args.report, *args.log]
@@ -216,7 +216,7 @@ def cli_gather(args: argparse.Namespace, steps: Sequence[str]) -> Gather:
 def run_tui(args: argparse.Namespace, kb: KB) -> int:
     """Show the diagnosis until the user quits; the exit code follows the CLI contract, for
     the last diagnosis shown (quitting during a re-run keeps the one before)."""
-    from diagnose.cli import Exit
+    from diagnose.contract import Exit
 
     steps = planned_steps(args)
     app = make_app(gather=cli_gather(args, steps), kb=kb, steps=steps)

@@ -10,7 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from diagnose.cli import Exit, main
+from diagnose.cli import main
+from diagnose.contract import Exit
 from diagnose.report import REPORT_SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ import pytest
 from textual.geometry import Region
 from textual.widgets import Tabs
 
-from diagnose.cli import UsageError, build_parser
+from diagnose.cli import build_parser
+from diagnose.contract import UsageError
 from diagnose.render import render
 from diagnose.tui import make_app
 from diagnose.tui.app import planned_steps
@@ -17,7 +18,8 @@ from diagnose.tui.help import HelpScreen
 from diagnose.tui.results import EXPORTS, ResultsScreen
 from diagnose.tui.run_screen import RunScreen
 from diagnose.tui.widgets import CauseDetail, CauseList, FixView, OutcomeList
-from probes.facts import ProbeError, Skipped, SnapshotError, load_snapshot
+from probes.facts import ProbeError, Skipped
+from probes.snapshot import SnapshotError, load_snapshot
 
 from .conftest import SNAPSHOTS
 
