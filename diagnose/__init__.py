@@ -40,12 +40,13 @@ __all__ = [
 if TYPE_CHECKING:
     from diagnose.kb import KB, KBError
     from diagnose.report import Report
-    from probes.facts import Facts, SnapshotError
+    from probes.facts import Facts
+    from probes.snapshot import SnapshotError
 
 _LAZY = {
     "Facts": ("probes.facts", "Facts"),
-    "SnapshotError": ("probes.facts", "SnapshotError"),
-    "load_snapshot": ("probes.facts", "load_snapshot"),
+    "SnapshotError": ("probes.snapshot", "SnapshotError"),
+    "load_snapshot": ("probes.snapshot", "load_snapshot"),
     "KB": ("diagnose.kb", "KB"),
     "KBError": ("diagnose.kb", "KBError"),
     "load_kb": ("diagnose.kb", "load_kb"),

@@ -10,7 +10,8 @@ from typing import Any
 from diagnose.engine import evaluate, render_context
 from diagnose.kb import KB
 from diagnose.rules import Example, Rule
-from probes.facts import SCHEMA_VERSION, Facts, KeyedSection, facts_from_dict
+from probes.facts import SCHEMA_VERSION, Facts, KeyedSection
+from probes.snapshot import facts_from_dict
 
 _KEYED_META = {"values", "complete", "source", "unavailable"}
 

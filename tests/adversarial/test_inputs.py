@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.facts import SnapshotError, load_snapshot
+from probes.snapshot import SnapshotError, load_snapshot
 from probes.untrusted import InputError, MAX_JSON_DEPTH, decode_text, load_json, read_bytes
 
 

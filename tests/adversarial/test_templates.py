@@ -9,7 +9,8 @@ import pytest
 from diagnose.engine import render_context
 from diagnose.kb import load_kb
 from diagnose.templates import MAX_OUTPUT, TEMPLATES, lint_fix, render_fix
-from probes.facts import Facts, LogLine, load_snapshot
+from probes.facts import Facts, LogLine
+from probes.snapshot import load_snapshot
 
 FULL = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "devices_duplicate-gpu.json"
 

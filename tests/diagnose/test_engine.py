@@ -9,7 +9,8 @@ import pytest
 from diagnose.engine import evaluate
 from diagnose.kb import KB, load_kb
 from diagnose.rules import Rule
-from probes.facts import Facts, Gpu, Gpus, Log, LogLine, MicroTest, MicroTests, load_snapshot
+from probes.facts import Facts, Gpu, Gpus, Log, LogLine, MicroTest, MicroTests
+from probes.snapshot import load_snapshot
 
 SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
 

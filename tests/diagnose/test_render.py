@@ -14,7 +14,7 @@ import pytest
 from diagnose.engine import evaluate
 from diagnose.kb import KB, load_rule_file, shipped_kb_dir
 from diagnose.render import render
-from probes.facts import load_snapshot
+from probes.snapshot import load_snapshot
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SEEDS = {

@@ -12,7 +12,7 @@ from importlib import metadata
 import pytest
 
 from probes import collect, runner
-from probes.facts import dump_snapshot, load_snapshot
+from probes.snapshot import dump_snapshot, load_snapshot
 from tests.probes.test_env import SECRETS
 from tests.probes.test_gpus import FakeNvml
 from tests.probes.test_runner import leftovers

@@ -18,7 +18,7 @@ import pytest
 from diagnose.engine import evaluate
 from diagnose.kb import KB, load_rule_file, shipped_kb_dir
 from diagnose.report import Report
-from probes.facts import load_snapshot
+from probes.snapshot import load_snapshot
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 SNAPSHOTS = FIXTURES / "snapshots"

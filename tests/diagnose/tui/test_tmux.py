@@ -22,7 +22,7 @@ import pytest
 
 from diagnose.engine import evaluate
 from diagnose.kb import load_kb
-from probes.facts import load_snapshot
+from probes.snapshot import load_snapshot
 
 from .conftest import SNAPSHOTS
 

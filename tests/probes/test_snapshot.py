@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.facts import SCHEMA_VERSION, Facts, SnapshotError, dump_snapshot, facts_from_dict, load_snapshot
+from probes.facts import SCHEMA_VERSION, Facts
+from probes.snapshot import SnapshotError, dump_snapshot, facts_from_dict, load_snapshot
 
 SNAPSHOTS = sorted(Path(__file__).parent.parent.joinpath("fixtures", "snapshots").glob("*.json"))
 
@@ -61,7 +62,7 @@ def test_missing_file():
 
 
 def test_upgrade_chain_is_applied(monkeypatch):
-    import probes.facts as module
+    import probes.snapshot as module
 
     monkeypatch.setattr(module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     monkeypatch.setitem(module.UPGRADES, SCHEMA_VERSION, lambda d: {**d, "schema_version": SCHEMA_VERSION + 1})
