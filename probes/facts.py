@@ -13,6 +13,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
+from probes import clusterfacts
+
 SCHEMA_VERSION = 1
 
 Source = Literal["live", "snapshot", "report", "log", "microtest", "hang"]
@@ -729,19 +731,7 @@ class ProbeError(_Model):
     message: str
 
 
-# --- cluster: one job across nodes, gathered by its rank 0 ------------------------------------
-
-# Variables every node of one job should agree on; rank- and node-specific ones (RANK,
-# SLURM_NODEID, TORCHELASTIC_*, CUDA_VISIBLE_DEVICES) legitimately differ and are left out.
-_AGREED_ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "GLOO_")
-_AGREED_ENV_NAMES = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF"})
-_NODE_SPECIFIC_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
-# A node is slow when its inter-node bandwidth is below this share of the median of all nodes'.
-SLOW_NODE_FRACTION = 0.5
-
-
-def _agreed(name: str) -> bool:
-    return name not in _NODE_SPECIFIC_ENV and (name in _AGREED_ENV_NAMES or name.startswith(_AGREED_ENV_PREFIXES))
+# --- cluster: one job across nodes, gathered by its rank 0 (compared in probes.clusterfacts) --
 
 
 class ClusterRank(_Model):
@@ -829,10 +819,7 @@ class Cluster(Section):
     @property
     def missing_nodes(self) -> list[str] | None:
         """Nodes none of whose ranks joined."""
-        if not self.ranks:
-            return None
-        joined = {r.node for r in self.ranks if r.state != "missing"}
-        return sorted({r.node or "?" for r in self.ranks if r.state == "missing" and r.node not in joined})
+        return clusterfacts.missing_nodes((r.node, r.state) for r in self.ranks) if self.ranks else None
 
     @property
     def silent_ranks(self) -> list[int] | None:
@@ -841,24 +828,12 @@ class Cluster(Section):
     @property
     def differing_env(self) -> list[str] | None:
         """Job-wide variables (NCCL_*, TORCH_*, ...) whose value differs between nodes; unset counts."""
-        envs = [n.env for n in self._reported() if n.env is not None and n.env.complete]
-        if len(envs) < 2:
-            return None
-        names = {name for env in envs for name in env.values if _agreed(name)}
-        return sorted(name for name in names if len({env.values.get(name) for env in envs}) > 1)
+        return clusterfacts.differing_env([n.env.values for n in self._reported() if n.env is not None and n.env.complete])
 
     @property
     def differing_versions(self) -> list[str] | None:
         """Components (torch, cuda, nccl, driver, lightning, ...) with different versions on different nodes."""
-        nodes = self._reported()
-        if len(nodes) < 2:
-            return None
-        seen: dict[str, set[str]] = {}
-        for node in nodes:
-            for name, version in node.versions().items():
-                if version is not None:
-                    seen.setdefault(name, set()).add(version)
-        return sorted(name for name, versions in seen.items() if len(versions) > 1)
+        return clusterfacts.differing_versions([n.versions() for n in self._reported()])
 
     @property
     def gpu_models(self) -> list[str] | None:
@@ -872,13 +847,7 @@ class Cluster(Section):
 
     @property
     def slow_nodes(self) -> list[str] | None:
-        measured = [(n.name, n.inter_gbps) for n in self.nodes if n.inter_gbps is not None]
-        if len(measured) < 2:
-            return None
-        values = sorted(v for _, v in measured)
-        mid = len(values) // 2
-        median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-        return [name for name, v in measured if v < SLOW_NODE_FRACTION * median]
+        return clusterfacts.slow_nodes([(n.name, n.inter_gbps) for n in self.nodes if n.inter_gbps is not None])
 
     def _slots_vs_ranks(self) -> list[tuple[str, int, int]] | None:
         pairs = [(n.name, len(n.ranks), n.gpu_slots) for n in self._reported()]
@@ -889,24 +858,18 @@ class Cluster(Section):
     def ranks_exceed_gpus(self) -> list[str] | None:
         """Nodes running more ranks than they have GPUs: two ranks share a device."""
         pairs = self._slots_vs_ranks()
-        return None if pairs is None else [name for name, ranks, slots in pairs if ranks > slots]
+        return None if pairs is None else clusterfacts.ranks_exceed_gpus(pairs)
 
     @property
     def shared_devices(self) -> list[str] | None:
         """Ranks that took the same GPU (by UUID) on one node, as ``"node: ranks 0,1"``."""
-        placed: dict[tuple[str | None, str], list[int]] = {}
-        for r in self.ranks:
-            if r.device_uuid:
-                placed.setdefault((r.node, r.device_uuid), []).append(r.rank)
-        if not placed:
-            return None
-        return [f"{node}: ranks {','.join(map(str, ranks))}" for (node, _), ranks in placed.items() if len(ranks) > 1]
+        return clusterfacts.shared_devices((r.node, r.device_uuid, r.rank) for r in self.ranks if r.device_uuid)
 
     @property
     def gpus_exceed_ranks(self) -> list[str] | None:
         """Nodes with GPUs that no rank uses."""
         pairs = self._slots_vs_ranks()
-        return None if pairs is None else [name for name, ranks, slots in pairs if ranks < slots]
+        return None if pairs is None else clusterfacts.gpus_exceed_ranks(pairs)
 
 
 class Skipped(_Model):
