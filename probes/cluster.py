@@ -29,10 +29,11 @@ from datetime import timedelta
 from typing import Any
 
 from probes import launcher as launcher_probe
-from probes.facts import Cluster, ClusterNode, ClusterRank, Facts, MicroTest, MicroTests, ProbeError, Skipped
+from probes.facts import Cluster, ClusterNode, ClusterRank, Facts, MicroTests, ProbeError, Skipped
+from probes.microtests.channel import RankReport
 from probes.microtests.checks import SIZES, iterations, size_label
-from probes.microtests.runner import bandwidth
-from probes.microtests.worker import classify
+from probes.microtests.errors import classify
+from probes.microtests.judge import bandwidth, judge
 
 PREFIX = "diagnose/"
 _POLL_S = 0.05
@@ -628,61 +629,56 @@ def _bandwidths(cluster: Cluster, payloads: Mapping[int, dict]) -> None:
 
 
 def _microtests(world: int, roster: Mapping[int, dict], payloads: Mapping[int, dict], steps: Mapping[int, str], backend: str | None) -> MicroTests:
+    """The job's collectives, judged as the local micro-tests are (``probes.microtests.judge``)."""
     tests = MicroTests(source="microtest")
     missing = [r for r in range(world) if r not in roster]
     where = {r: "never joined" for r in missing}
     where.update({r: f"silent at '{steps.get(r, 'unknown')}'" for r in roster if r not in payloads})
     where.update({r: p.get("step", "?") for r, p in payloads.items()})
+    states = {str(r): s for r, s in sorted(where.items())}
     if missing:
-        tests.rendezvous = MicroTest(
-            status="timed_out", backend=backend, nproc=world, ranks={str(r): s for r, s in sorted(where.items())},
-            error=f"rank(s) {', '.join(map(str, missing))} never joined the job",
-            measurements={"joined": len(roster), "expected": world},
-        )  # fmt: skip
+        test = judge("rendezvous", {r: RankReport() for r in range(world)}, status="timed_out",
+                     error=f"rank(s) {', '.join(map(str, missing))} never joined the job",
+                     nproc=world, backend=backend, duration_s=None, ranks=states)  # fmt: skip
+        test.measurements.update(joined=len(roster), expected=world)
+        tests.rendezvous = test
         return tests
     for name in ("rendezvous", "barrier", "all_reduce"):
         seen = {r: p["tests"][name] for r, p in payloads.items() if name in p.get("tests", {})}
         if not seen and not payloads:
             continue
-        tests_status = [t["status"] for t in seen.values()]
-        status = next((s for s in ("timed_out", "failed", "skipped") if s in tests_status), "passed")
-        if len(seen) < world and status == "passed":
-            status = "timed_out"  # a rank that never reported is a rank that did not finish
-        first = next((t for t in seen.values() if t.get("error")), None)
-        setattr(tests, name, MicroTest(
-            status=status, backend=backend, nproc=world,
+        status, error = _verdict([t["status"] for t in seen.values()], seen, world)
+        setattr(tests, name, judge(
+            name, {r: _as_report(name, seen.get(r)) for r in range(world)}, status=status, error=error,
+            nproc=world, backend=backend, ranks=states,
             duration_s=max((t["duration_s"] or 0 for t in seen.values()), default=None),
-            error=first["error"] if first else None,
-            ranks={str(r): s for r, s in sorted(where.items())},
-            measurements=_measure(name, world, seen, status),
         ))  # fmt: skip
     return tests
 
 
-def _measure(name: str, world: int, seen: Mapping[int, dict], status: str) -> dict:
-    values = [t["measurements"] for t in seen.values()]
-    if name in ("rendezvous", "barrier"):
-        keys = ("init_s", "first_collective_s") if name == "rendezvous" else ("barrier_s",)
-        out = {k: max(v[k] for v in values if k in v) for k in keys if any(k in v for v in values)}
-        if name == "barrier":
-            named = sorted({r for v in values for r in v.get("missing_ranks", [])})
-            absent = named or [r for r in range(world) if r not in seen]
-            out.update(missing_ranks=",".join(map(str, absent)), missing_count=len(absent), arrived_count=world - len(absent))
-        return out
-    out: dict[str, Any] = {"correct": all(v.get("correct") for v in values) if status != "timed_out" else None, "dtype": "float32"}
-    busbws = []
-    for size in SIZES:
-        label = size_label(size)
-        times = [v.get(f"time_s_{label}") for v in values]
-        if not times or None in times:
-            continue
-        seconds = sum(times) / len(times)  # nccl-tests: the mean over ranks
-        algbw, busbw = bandwidth(size, seconds, world)
-        out.update({f"time_us_{label}": round(seconds * 1e6, 1), f"algbw_gbps_{label}": round(algbw, 4), f"busbw_gbps_{label}": round(busbw, 4)})
-        busbws.append(busbw)
-    if busbws:
-        out["busbw_gbps_max"], out["busbw_gbps_avg"] = round(max(busbws), 4), round(sum(busbws) / len(busbws), 4)
-    return out
+def _verdict(statuses: list[str], seen: Mapping[int, dict], world: int) -> tuple[str, str | None]:
+    """(status, error): the worst rank's status; a rank that never reported did not finish."""
+    status = next((s for s in ("timed_out", "failed", "skipped") if s in statuses), "passed")
+    if len(seen) < world and status == "passed":
+        status = "timed_out"
+    first = next((t for t in seen.values() if t.get("error")), None)
+    return status, first["error"] if first else None
+
+
+def _as_report(name: str, test: dict | None) -> RankReport:
+    """One rank's result of one collective, as the judge reads a local rank's channel."""
+    if test is None:
+        return RankReport()
+    measurements = dict(test.get("measurements") or {})
+    wrong = measurements.get("correct") is False
+    return RankReport(
+        steps=[name] if test["status"] != "skipped" else [],
+        measurements=measurements,
+        checks_failed=[test.get("error") or "wrong result"] if wrong else [],
+        error=test.get("error") if not wrong else None,
+        missing=list(measurements.pop("missing_ranks", []) or []),
+        done=test["status"] == "passed" or wrong,
+    )
 
 
 # --- the whole run, in one rank --------------------------------------------------------------------

@@ -32,7 +32,7 @@ from probes.microtests.channel import (
     read_whole,
     write_whole,
 )
-from probes.microtests.watchdog import POLL_S, Exit, Launch, Watchdog, Watched, who
+from probes.microtests.watchdog import POLL_S, Ended, Launch, Watchdog, Watched, who
 
 _GRACE_S = 1.0
 
@@ -188,7 +188,7 @@ class _Group:
             # A rank enters the next step only after it recorded this one done.
             while current + 1 < len(dirs) and all(entered[r] > current + 1 for r in ranks):
                 watched = Watched(
-                    exits={r: Exit(0) for r in ranks},
+                    exits={r: Ended(0) for r in ranks},
                     deadline_hit=False,
                     failed_first=[],
                     elapsed_s=time.monotonic() - started[current],

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probes.facts import MicroTest, MicroTests
-from probes.microtests.channel import RankReport, read_report
-from probes.microtests.checks import SIZES, size_label
+from probes.microtests.channel import read_report
+from probes.microtests.errors import classify, rendezvous_error_kind
 from probes.microtests.group import GroupPlan, Run, Step, run_group
+from probes.microtests.judge import judge
 from probes.microtests.watchdog import Launch, supervise, who
-from probes.microtests.worker import classify
 
 TEST_NAMES = ("rendezvous", "barrier", "all_reduce", "placement", "duplicate_gpu", "lightning_fit")
 STRATEGIES = ("ddp", "ddp_spawn", "fsdp", "deepspeed")
@@ -262,149 +262,20 @@ def verdict(run: Run) -> tuple[str, str | None]:
     return "passed", None
 
 
-def bandwidth(size: int, seconds: float, nranks: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (1e9), as nccl-tests defines them for all_reduce."""
-    algbw = size / seconds / 1e9
-    return algbw, algbw * 2 * (nranks - 1) / nranks
-
-
-def _measure(name: str, run: Run, status: str) -> dict:
-    reports = list(run.reports.values())
-    if name == "rendezvous":
-        out = _max_of(reports, "init_s", "first_collective_s")
-        if status != "passed":
-            out["error_kind"] = rendezvous_error_kind(" ".join(r.error or "" for r in reports))
-        return out
-    if name == "barrier":
-        return {**_max_of(reports, "barrier_s"), **_missing(run, status)}
-    if name == "all_reduce":
-        return _all_reduce(run)
-    if name == "placement":
-        return dict(run.reports[0].measurements) if run.reports else {}
-    if name == "duplicate_gpu":
-        return _duplicates(run)
-    measured = dict(run.launcher.measurements) if run.launcher else {}
-    measured.update(run.reports[0].measurements if run.reports else {})
-    return {"strategy": run.extra["strategy"], **measured}
-
-
-def _max_of(reports: list[RankReport], *keys: str) -> dict:
-    out = {}
-    for key in keys:
-        values = [
-            r.measurements[key]
-            for r in reports
-            if isinstance(r.measurements.get(key), (int, float))
-        ]
-        if values:
-            out[key] = max(values)
-    return out
-
-
-def _missing(run: Run, status: str) -> dict:
-    if status == "passed":
-        return {"missing_ranks": "", "missing_count": 0, "arrived_count": run.nproc}
-    named = sorted({m for r in run.reports.values() for m in r.missing})
-    # Without a monitored barrier's word, a rank that never entered the barrier is missing.
-    missing = named or [rank for rank, r in run.reports.items() if "barrier" not in r.steps]
-    return {
-        "missing_ranks": ",".join(map(str, missing)),
-        "missing_count": len(missing),
-        "arrived_count": run.nproc - len(missing),
-    }
-
-
-def rendezvous_error_kind(text: str) -> str:
-    lowered = text.lower()
-    for kind, needles in (
-        ("address_in_use", ("address already in use", "eaddrinuse")),
-        ("connection_refused", ("connection refused", "econnrefused")),
-        ("timeout", ("timed out", "timeout")),
-        ("hostname", ("name or service not known", "unknown host", "getaddrinfo")),
-    ):
-        if any(n in lowered for n in needles):
-            return kind
-    return "other"
-
-
-def _all_reduce(run: Run) -> dict:
-    reports = list(run.reports.values())
-    wrong = any(r.checks_failed for r in reports)
-    finished = all(r.done for r in reports)
-    out: dict = {"correct": False if wrong else (True if finished else None), "dtype": "float32"}
-    algbws, busbws = [], []
-    for size in SIZES:
-        label = size_label(size)
-        times = [r.measurements.get(f"time_s_{label}") for r in reports]
-        if not times or None in times:
-            continue
-        seconds = sum(times) / len(times)  # nccl-tests' default: the mean over ranks
-        algbw, busbw = bandwidth(size, seconds, run.nproc)
-        out[f"time_us_{label}"] = round(seconds * 1e6, 1)
-        out[f"algbw_gbps_{label}"] = round(algbw, 4)
-        out[f"busbw_gbps_{label}"] = round(busbw, 4)
-        algbws.append(algbw)
-        busbws.append(busbw)
-    if busbws:
-        out["algbw_gbps_max"] = round(max(algbws), 4)
-        out["busbw_gbps_max"] = round(max(busbws), 4)
-        out["busbw_gbps_avg"] = round(sum(busbws) / len(busbws), 4)
-    return out
-
-
-def _duplicates(run: Run) -> dict:
-    if run.extra["shared"]:
-        errors = [
-            r.measurements["nccl_error"]
-            for r in run.reports.values()
-            if r.measurements.get("nccl_error")
-        ]
-        return {
-            "mode": "shared",
-            "nccl_error": errors[0] if errors else None,
-            "nccl_rejects_shared": bool(errors)
-            and any("duplicate gpu" in e.lower() for e in errors),
-        }
-    by_device: dict[str, list[int]] = {}
-    for rank, report in run.reports.items():
-        uuid = report.measurements.get("device_uuid")
-        if uuid:
-            by_device.setdefault(uuid, []).append(rank)
-    if sum(map(len, by_device.values())) < len(run.reports):
-        return {"mode": "distinct"}  # some rank never said which device it got
-    shared = sorted(r for ranks in by_device.values() if len(ranks) > 1 for r in ranks)
-    return {
-        "mode": "distinct",
-        "distinct_devices": len(by_device),
-        "duplicates": bool(shared),
-        "duplicate_ranks": ",".join(map(str, shared)),
-    }
-
-
-def judge(name: str, run: Run) -> MicroTest:
+def judge_run(name: str, run: Run) -> MicroTest:
+    """The judge's verdict on a local run, from how its processes ended and what each rank wrote."""
     status, error = verdict(run)
-    measurements = _measure(name, run, status)
-    if status == "passed" and measurements.get("ranks_on_foreign_device"):
-        status = "failed"
-        error = f"ranks {measurements['foreign_device_ranks']} hold memory on a GPU not their own"
-    if status == "passed" and measurements.get("duplicates"):
-        status, error = "failed", f"ranks {measurements['duplicate_ranks']} were given the same GPU"
-    if status == "passed" and name == "lightning_fit":
-        unfinished = [str(r) for r, report in run.reports.items() if "fit done" not in report.steps]
-        if unfinished:
-            status, error = "failed", f"ranks {','.join(unfinished)} never finished Trainer.fit"
-        elif measurements.get("loss_finite") is False:
-            status, error = "failed", "the training loss is not finite"
-    if status == "timed_out" and name == "barrier" and measurements.get("missing_ranks"):
-        error = f"ranks never reached the barrier: {measurements['missing_ranks']}; {error}"
-    return MicroTest(
+    return judge(
+        name,
+        run.reports,
         status=status,
-        duration_s=round(run.watched.elapsed_s, 3),
-        backend=run.backend,
-        nproc=run.nproc,
         error=error,
+        nproc=run.nproc,
+        backend=run.backend,
+        duration_s=round(run.watched.elapsed_s, 3),
         ranks=_rank_states(run),
-        measurements=measurements,
+        launcher=run.launcher,
+        extra=run.extra,
     )
 
 
@@ -471,7 +342,7 @@ def _run_test(
         return skipped
     backend = setup.backend
     assert backend is not None
-    test = judge(name, execute(name, setup, backend=backend, timeout=timeout, strategy=strategy))
+    test = judge_run(name, execute(name, setup, backend=backend, timeout=timeout, strategy=strategy))
     if _needs_variants(name, test):
         _variants(name, setup, test, timeout=timeout, notify=notify)
     return test
@@ -567,7 +438,7 @@ class _Suite:
 
     def _on_result(self, name: str, run: Run) -> None:
         try:
-            test = judge(name, run)
+            test = judge_run(name, run)
         except Exception as exc:
             test = _internal_error(exc)
         if test.status == "failed" and not self.retried and _port_taken(run):

@@ -35,7 +35,7 @@ class Launch:
 
 
 @dataclass
-class Exit:
+class Ended:
     returncode: int | None
     killed: str | None = None  # why the watchdog killed it, when it did
 
@@ -55,7 +55,7 @@ class Exit:
 
 @dataclass
 class Watched:
-    exits: dict[int | str, Exit]
+    exits: dict[int | str, Ended]
     deadline_hit: bool
     failed_first: list[int | str]  # keys that failed in the first poll that saw a failure
     elapsed_s: float
@@ -152,7 +152,7 @@ class Watchdog:
         self.start = time.monotonic()
         self.ended_at: float | None = None
         self.popens: dict[int | str, subprocess.Popen] = {}
-        self.exits: dict[int | str, Exit] = {}
+        self.exits: dict[int | str, Ended] = {}
         self.failed_first: list[int | str] = []  # keys that failed in the first poll that saw one
         self._failed_at: float | None = None
         self._tracked: dict[int, psutil.Process] = {}
@@ -196,7 +196,7 @@ class Watchdog:
         self._reported.clear()
         for key, rc in ended.items():
             if rc is not None:
-                self.exits[key] = Exit(rc)
+                self.exits[key] = Ended(rc)
                 if rc != 0:
                     newly_failed.append(key)
         if newly_failed and self._failed_at is None:
@@ -213,7 +213,7 @@ class Watchdog:
     def stop(self, why: str) -> None:
         """Mark every process still running as killed for ``why``; ``close`` kills them."""
         for key in [*self.popens, *self._adopted]:
-            self.exits.setdefault(key, Exit(None, killed=why))
+            self.exits.setdefault(key, Ended(None, killed=why))
 
     def close(self) -> None:
         if self.ended_at is not None:
@@ -224,10 +224,10 @@ class Watchdog:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=_REAP_S)
             self.exits.setdefault(
-                key, Exit(popen.returncode, killed="when the run was interrupted")
+                key, Ended(popen.returncode, killed="when the run was interrupted")
             )
         for key in self._adopted:
-            self.exits.setdefault(key, Exit(None, killed="when the run was interrupted"))
+            self.exits.setdefault(key, Ended(None, killed="when the run was interrupted"))
         self.ended_at = time.monotonic()
 
     def tail(self, key: int | str) -> str:

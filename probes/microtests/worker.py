@@ -31,7 +31,6 @@ import contextlib
 import faulthandler
 import importlib.util
 import os
-import re
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ from probes.microtests.channel import (
     read_whole,
     write_whole,
 )
+from probes.microtests.errors import classify
 
 # How long past its deadline a rank whose watchdog is gone ends itself.
 _SELF_DESTRUCT_AFTER_S = 10.0
@@ -54,12 +54,6 @@ _PLAN_POLL_S = 0.01
 # a rank that died (and so made rank 0 fail) must be the failure the parent sees first.
 _REPORT_WAIT_S = 0.3
 _reporters: list[threading.Thread] = []  # in rank 0: one per forked rank
-
-_TIMEOUT = re.compile(
-    r"timed? ?out|timeout|failed to pass monitoredBarrier|Watchdog caught collective", re.IGNORECASE
-)
-_MISSING = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
-
 
 def query() -> dict:
     """What the parent cannot learn without importing torch: versions, CUDA, backends."""
@@ -92,13 +86,6 @@ def planted_fault(test: str, rank: int | None) -> str | None:
     if len(parts) == 3 and parts[0] == test and parts[1] == str(rank):
         return parts[2]
     return None
-
-
-def classify(text: str) -> tuple[bool, list[int]]:
-    """(is a timeout, the ranks a monitored barrier named as missing)."""
-    missing = _MISSING.search(text)
-    ranks = [int(r) for r in re.findall(r"\d+", missing.group(1))] if missing else []
-    return bool(_TIMEOUT.search(text)), ranks
 
 
 class _Guard(threading.Thread):

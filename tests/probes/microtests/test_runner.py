@@ -7,17 +7,17 @@ import pytest
 from probes.microtests import TEST_NAMES, run_microtests
 from probes.microtests.channel import RankReport
 from probes.microtests.checks import SIZES, size_label
+from probes.microtests.errors import rendezvous_error_kind
+from probes.microtests.judge import bandwidth
 from probes.microtests.runner import (
     Run,
     _skip_reason,
-    bandwidth,
     child_env,
-    judge,
+    judge_run,
     plan,
-    rendezvous_error_kind,
     verdict,
 )
-from probes.microtests.watchdog import Exit, Watched
+from probes.microtests.watchdog import Ended, Watched
 
 CPU = {
     "python": "py",
@@ -52,8 +52,8 @@ def test_bandwidth_is_defined_as_in_nccl_tests():
 
 
 def test_all_passing_ranks_pass():
-    run = _run([_done(), _done()], {0: Exit(0), 1: Exit(0)})
-    test = judge("rendezvous", run)
+    run = _run([_done(), _done()], {0: Ended(0), 1: Ended(0)})
+    test = judge_run("rendezvous", run)
     assert (test.status, test.error) == ("passed", None)
     assert test.ranks == {"0": "done; exit 0", "1": "done; exit 0"}
 
@@ -63,7 +63,7 @@ def test_a_signal_death_outranks_the_errors_it_causes():
     echo = RankReport(
         steps=["all_reduce 1KB"], error="RuntimeError: Connection closed by peer", error_time=2.0
     )
-    run = _run([echo, dead], {0: Exit(1), 1: Exit(-9)}, failed_first=[0, 1])
+    run = _run([echo, dead], {0: Ended(1), 1: Ended(-9)}, failed_first=[0, 1])
     status, error = verdict(run)
     assert status == "failed"
     assert error == "rank 1 died from signal SIGKILL at step 'process group up'"
@@ -77,7 +77,7 @@ def test_a_rank_aborted_by_the_nccl_watchdog_is_timed_out_with_its_words():
         '  File "checks.py", line 160 in all_reduce\n'
     )
     run = _run(
-        [RankReport(steps=["all_reduce 1KB"]), _done()], {0: Exit(-6), 1: Exit(0)}, failed_first=[0]
+        [RankReport(steps=["all_reduce 1KB"]), _done()], {0: Ended(-6), 1: Ended(0)}, failed_first=[0]
     )
     run.watched.output[0] = said
     status, error = verdict(run)
@@ -88,7 +88,7 @@ def test_a_rank_aborted_by_the_nccl_watchdog_is_timed_out_with_its_words():
 
 def test_a_crash_is_explained_by_its_last_error_line():
     run = _run(
-        [RankReport(steps=["import torch"]), _done()], {0: Exit(-11), 1: Exit(0)}, failed_first=[0]
+        [RankReport(steps=["import torch"]), _done()], {0: Ended(-11), 1: Ended(0)}, failed_first=[0]
     )
     run.watched.output[0] = "Fatal Python error: Segmentation fault\n\nCurrent thread:\n  File x\n"
     status, error = verdict(run)
@@ -109,10 +109,10 @@ def test_a_timeout_the_rank_reported_is_timed_out():
     stuck = RankReport(steps=["process group up"])
     run = _run(
         [waiting, stuck],
-        {0: Exit(1), 1: Exit(None, killed="after rank 0 failed")},
+        {0: Ended(1), 1: Ended(None, killed="after rank 0 failed")},
         failed_first=[0],
     )
-    test = judge("barrier", run)
+    test = judge_run("barrier", run)
     assert test.status == "timed_out"
     assert test.measurements["missing_ranks"] == "1" and test.measurements["arrived_count"] == 1
     assert test.error.startswith("ranks never reached the barrier: 1; rank 0: RuntimeError")
@@ -122,15 +122,15 @@ def test_a_timeout_the_rank_reported_is_timed_out():
 def test_at_the_deadline_the_ranks_outside_the_barrier_are_missing():
     inside = RankReport(steps=["process group up", "barrier"])
     outside = RankReport(steps=["process group up"])
-    killed = Exit(None, killed="at the 5 s deadline")
-    test = judge("barrier", _run([inside, outside], {0: killed, 1: killed}, deadline_hit=True))
+    killed = Ended(None, killed="at the 5 s deadline")
+    test = judge_run("barrier", _run([inside, outside], {0: killed, 1: killed}, deadline_hit=True))
     assert test.status == "timed_out"
     assert test.measurements["missing_ranks"] == "1"
     assert "rank 0 at 'barrier', rank 1 at 'process group up'" in test.error
 
 
 def test_a_rank_that_fails_without_a_word_is_explained_by_its_output():
-    run = _run([RankReport(), _done()], {0: Exit(1), 1: Exit(0)}, failed_first=[0])
+    run = _run([RankReport(), _done()], {0: Ended(1), 1: Ended(0)}, failed_first=[0])
     run.watched.output[0] = "Traceback...\nModuleNotFoundError: No module named 'torch'\n"
     status, error = verdict(run)
     assert status == "failed"
@@ -143,7 +143,7 @@ def test_a_cpp_trace_is_cut_from_errors():
         "Exception raised from x at y\nframe #0"
     )
     report = RankReport(error=text, error_time=1.0)
-    _, error = verdict(_run([report, _done()], {0: Exit(1), 1: Exit(0)}, failed_first=[0]))
+    _, error = verdict(_run([report, _done()], {0: Ended(1), 1: Ended(0)}, failed_first=[0]))
     assert error == "rank 0: RuntimeError: NCCL error: invalid usage | Last error: Duplicate GPU"
 
 
@@ -156,7 +156,7 @@ def test_all_reduce_averages_time_over_ranks_and_reports_bus_bandwidth():
         RankReport(steps=[f"all_reduce {size_label(s)}" for s in SIZES], measurements=t, done=True)
         for t in times
     ]
-    test = judge("all_reduce", _run(reports, {0: Exit(0), 1: Exit(0)}))
+    test = judge_run("all_reduce", _run(reports, {0: Ended(0), 1: Ended(0)}))
     m = test.measurements
     assert test.status == "passed" and m["correct"] is True
     assert m["algbw_gbps_1KB"] == 0.5 and m["busbw_gbps_64MB"] == 0.5  # mean time: 2 ns/byte
@@ -170,15 +170,15 @@ def test_a_wrong_sum_fails_all_reduce():
         checks_failed=["1KB: rank 0 got 4.0", "4KB: rank 0 got 4.0"],
         done=True,
     )
-    test = judge("all_reduce", _run([wrong, _done()], {0: Exit(0), 1: Exit(0)}))
+    test = judge_run("all_reduce", _run([wrong, _done()], {0: Ended(0), 1: Ended(0)}))
     assert test.status == "failed" and test.measurements["correct"] is False
     assert test.error == "1KB: rank 0 got 4.0 (and 1 more wrong results)"
 
 
 def test_two_ranks_on_one_gpu_fail_duplicate_gpu():
     reports = [_done(device_uuid="a"), _done(device_uuid="b"), _done(device_uuid="a")]
-    exits = {r: Exit(0) for r in range(3)}
-    test = judge("duplicate_gpu", _run(reports, exits, nproc=3, extra={"shared": False}))
+    exits = {r: Ended(0) for r in range(3)}
+    test = judge_run("duplicate_gpu", _run(reports, exits, nproc=3, extra={"shared": False}))
     assert test.status == "failed"
     assert test.measurements == {
         "mode": "distinct",
@@ -194,7 +194,7 @@ def test_on_a_single_gpu_duplicate_gpu_records_what_nccl_said():
         "rank 1 and rank 0 both on CUDA device 1000"
     )
     reports = [_done(nccl_error=said), _done(nccl_error=said)]
-    test = judge("duplicate_gpu", _run(reports, {0: Exit(0), 1: Exit(0)}, extra={"shared": True}))
+    test = judge_run("duplicate_gpu", _run(reports, {0: Ended(0), 1: Ended(0)}, extra={"shared": True}))
     assert test.status == "passed"
     assert test.measurements == {"mode": "shared", "nccl_error": said, "nccl_rejects_shared": True}
 

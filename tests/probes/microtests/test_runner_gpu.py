@@ -6,8 +6,16 @@ from probes.microtests import TEST_NAMES, runner
 from probes.microtests.channel import RankReport
 from probes.microtests.checks import placement_summary
 from probes.microtests.group import forks
-from probes.microtests.runner import Run, _grouped, _run_test, group_plan, judge, launches, plan
-from probes.microtests.watchdog import Exit, Watched
+from probes.microtests.runner import (
+    Run,
+    _grouped,
+    _run_test,
+    group_plan,
+    judge_run,
+    launches,
+    plan,
+)
+from probes.microtests.watchdog import Ended, Watched
 
 GPU = {
     "python": "py",
@@ -116,7 +124,7 @@ def _fake_run(status: str, backend: str = "nccl") -> Run:
         error=None if code == 0 else "RuntimeError: NCCL error",
         error_time=1.0,
     )
-    watched = Watched({0: Exit(code)}, False, [] if code == 0 else [0], 0.1)
+    watched = Watched({0: Ended(code)}, False, [] if code == 0 else [0], 0.1)
     return Run(watched, {0: report}, None, 1, backend, 5.0, {"shared": False, "strategy": "ddp"})
 
 
@@ -173,9 +181,9 @@ def test_a_passing_or_gloo_test_gets_no_variants(monkeypatch):
 def test_a_rank_on_a_foreign_gpu_fails_placement():
     measured = placement_summary([(100, 0), (101, 1)], {0: {100, 101}, 1: {101}})
     report = RankReport(steps=["nvml"], measurements=measured, done=True)
-    watched = Watched({0: Exit(0), 1: Exit(0)}, False, [], 0.1)
+    watched = Watched({0: Ended(0), 1: Ended(0)}, False, [], 0.1)
     run = Run(watched, {0: report, 1: RankReport(done=True)}, None, 2, "nccl", 5.0, {})
-    test = judge("placement", run)
+    test = judge_run("placement", run)
     assert test.status == "failed"
     assert test.error == "ranks 1 hold memory on a GPU not their own"
 
@@ -188,9 +196,9 @@ def test_ddp_spawn_ranks_are_judged_through_their_launcher():
         r: RankReport(steps=["setup", "training_step 3", "fit done"], measurements=m)
         for r, m in ((0, {"global_step": 4, "loss_finite": True}), (1, {}))
     }
-    watched = Watched({"launcher": Exit(0)}, False, [], 3.0)
+    watched = Watched({"launcher": Ended(0)}, False, [], 3.0)
     extra = {"shared": False, "strategy": "ddp_spawn"}
-    test = judge("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
+    test = judge_run("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
     assert test.status == "passed"
     assert test.ranks == {"0": "fit done; exit 0", "1": "fit done; exit 0"}
     assert test.measurements == {
@@ -200,7 +208,7 @@ def test_ddp_spawn_ranks_are_judged_through_their_launcher():
         "loss_finite": True,
     }
     ranks[1].steps.remove("fit done")
-    test = judge("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
+    test = judge_run("lightning_fit", Run(watched, ranks, launcher, 2, "gloo", 60.0, extra))
     assert (test.status, test.error) == ("failed", "ranks 1 never finished Trainer.fit")
 
 

@@ -1,6 +1,7 @@
 import pytest
 
-from probes.microtests.worker import classify, planted_fault, query
+from probes.microtests.errors import classify
+from probes.microtests.worker import planted_fault, query
 
 
 def test_a_monitored_barrier_timeout_names_the_missing_ranks():
