@@ -14,7 +14,7 @@ import importlib.util
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from probes import runner
@@ -69,19 +69,27 @@ except Exception as exc:
 """
 
 
+def find_torch() -> list[str] | None:
+    """The folders this interpreter would import torch from; None when torch is not installed."""
+    spec = importlib.util.find_spec("torch")
+    return None if spec is None else list(spec.submodule_search_locations or [])
+
+
 def probe(
     run: runner.Runner = runner.run,
     timeout: float = 20.0,
     python: Sequence[str] = (sys.executable,),
+    find: Callable[[], Sequence[str] | None] | None = find_torch,
 ) -> TorchBuild:
-    """``python`` is the interpreter argv to ask; tests pass one that stalls or crashes."""
+    """``python`` is the interpreter argv to ask; ``find`` says where this interpreter's torch
+    lies and is asked only when ``python`` is this interpreter. Tests pass stand-ins for all three."""
     facts = TorchBuild(source="live")
-    if tuple(python) == (sys.executable,):
-        spec = importlib.util.find_spec("torch")
-        if spec is None:
+    if find is not None and tuple(python) == (sys.executable,):
+        locations = find()
+        if locations is None:
             facts.unavailable["version"] = "torch is not installed in this environment"
             return facts
-        _fill_static(facts, spec.submodule_search_locations or [])
+        _fill_static(facts, locations)
     result = run([*python, "-c", CHILD], timeout)
     stages = _stages(result.stdout)
     build, cuda = stages.get("build"), stages.get("cuda")

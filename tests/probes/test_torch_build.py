@@ -9,6 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from probes import runner, torch_build
 from tests.probes.test_runner import leftovers
 
@@ -21,7 +23,7 @@ def fake(mode: str, marker: str = "-") -> tuple[str, ...]:
 
 def test_this_machines_build() -> None:
     """The child's answers against torch asked directly, in this process."""
-    import torch
+    torch = pytest.importorskip("torch", reason="asks this environment's own torch")
 
     facts = torch_build.probe(timeout=60)
     assert (facts.version, facts.cuda, facts.hip) == (torch.__version__, torch.version.cuda, torch.version.hip)
@@ -84,18 +86,43 @@ def test_a_driver_too_old_for_the_build_is_the_init_error() -> None:
     assert facts.version == "2.1.2+cu118"
 
 
-def test_version_py_still_names_the_build_when_the_import_fails() -> None:
+# torch/version.py as a CUDA wheel ships it (2.1.2+cu118), read as text, never imported
+VERSION_PY = """from typing import Optional
+
+__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']
+__version__ = '2.1.2+cu118'
+debug = False
+cuda: Optional[str] = '11.8'
+git_version = 'a8e7c98cb95ff97bb30a728c6b2a1ce6bff946eb'
+hip: Optional[str] = None
+"""
+
+
+def test_version_py_still_names_the_build_when_the_import_fails(tmp_path: Path) -> None:
     def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
         return runner.Result(tuple(argv), 1, "", "ImportError: numpy.core.multiarray failed to import\n", 0.5)
 
-    import torch
-
-    facts = torch_build.probe(run, 5)
-    assert (facts.version, facts.cuda) == (torch.__version__, torch.version.cuda)
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "version.py").write_text(VERSION_PY)
+    facts = torch_build.probe(run, 5, find=lambda: [str(tmp_path / "no-such-folder"), str(tmp_path / "torch")])
+    assert (facts.version, facts.cuda, facts.cuda_build) == ("2.1.2+cu118", "11.8", True)
     assert facts.init_error == "torch importing torch failed: ImportError: numpy.core.multiarray failed to import"
     assert "version" not in facts.unavailable and "cuda" not in facts.unavailable
     assert facts.cuda_available is None and facts.device_count is None
     assert facts.unavailable["backends"] == facts.init_error
+
+
+def test_no_torch_here_is_said_without_starting_a_child() -> None:
+    def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
+        raise AssertionError(f"started {argv[0]} although torch is not installed")
+
+    facts = torch_build.probe(run, 5, find=lambda: None)
+    assert facts.version is None and facts.unavailable == {"version": "torch is not installed in this environment"}
+
+
+def test_another_interpreter_is_asked_even_when_this_one_has_no_torch() -> None:
+    facts = torch_build.probe(timeout=20, python=fake("crash"), find=lambda: None)
+    assert facts.version == "2.4.0+cu121"
 
 
 def test_the_child_cannot_start() -> None:
@@ -121,7 +148,7 @@ def test_canned_runner_output() -> None:
         assert argv[1] == "-c" and timeout == 5
         return runner.Result(tuple(argv), 0, CANNED, "", 0.1)
 
-    facts = torch_build.probe(run, 5)
+    facts = torch_build.probe(run, 5, find=lambda: [])
     assert (facts.cudnn, facts.nccl, facts.device_count, facts.cuda_available) == ("8.9.2", "2.18.1", 4, True)
     assert facts.cuda_build is True and facts.arch_list == ["sm_86"]
     assert facts.init_error is None and facts.unavailable == {}
