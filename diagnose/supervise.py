@@ -17,7 +17,7 @@ is printed and saved in OUT with the log.
 Process hygiene: ``diagnose run`` is a child subreaper (Linux), so a daemon the job
 double-forks is re-parented to it and ended with the job; the job's first process, and
 through the start-up hook every Python process of the job, gets a parent-death signal, so
-killing the supervisor outright (SIGKILL) still takes the ranks and their ports down. A
+killing the supervisor outright (kill -9) still takes the ranks and their ports down. A
 first SIGINT is passed to the job (its own Ctrl-C handling runs); a second one, or a
 SIGTERM, ends the job: TERM, then KILL after ``--grace``.
 
@@ -27,7 +27,6 @@ Exit status: the job's own when it ended by itself (128+N for a signal N), ``Exi
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import shlex
@@ -50,7 +49,7 @@ from probes.facts import Hang
 from probes.hang import (
     HOOK_DIR, HOOK_SIGNAL, RankProcess, collect_hang, find_pyspy, find_ranks, first_failure, spin_signature, take_stacks,
 )
-from probes.runner import kill_tree
+from probes.proc import become_subreaper, die_with_parent, end, end_tree, signal_group, tree
 
 DEFAULT_HANG_AFTER_S = 300.0
 DEFAULT_GRACE_S = 10.0
@@ -59,8 +58,6 @@ CPU_WINDOW_S = 1.0
 CPU_TICKS_S = 0.02  # two clock ticks: one stray tick is not work
 TREE_REFRESH_S = 5.0  # a full process scan costs far more than reading known processes
 FR_BUFFER_ENTRIES = "2000"
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
 ADOPTED_GRACE_S = 1.0  # a daemon the job left behind gets this long to exit on TERM
 LIVE_JOIN_S = 30.0
 LAST_LINE_BYTES = 4096
@@ -266,46 +263,6 @@ class _RankWatch:
         return busy
 
 
-def end_tree(pid: int, grace: float) -> None:
-    """TERM the job's process group (launchers pass it on to their workers), KILL every
-    descendant still there after ``grace``."""
-    try:
-        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        tree = []
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    psutil.wait_procs(tree, timeout=grace)
-    kill_tree(pid)
-    for proc in tree:  # a worker in a session of its own escapes both the group and, once orphaned, the tree
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-
-
-def _prctl(option: int, value: int) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def become_subreaper() -> bool:
-    """Make orphans of the job (double-forked daemons) our children instead of init's."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
-def _die_with_parent() -> None:
-    """In the job's first process, before exec: the kernel KILLs it when the supervisor dies."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _children() -> set[int]:
     try:
         return {c.pid for c in psutil.Process().children()}
@@ -317,23 +274,7 @@ def end_adopted(known: set[int], grace: float) -> None:
     """End the processes re-parented to us (as a subreaper) since ``known`` was taken, and
     everything under them: what the job left behind."""
     for pid in sorted(_children() - known):
-        try:
-            proc = psutil.Process(pid)
-            tree = [proc, *proc.children(recursive=True)]
-        except psutil.Error:
-            continue
-        for each in tree:
-            try:
-                each.terminate()
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(tree, timeout=grace)
-        for each in alive:
-            try:
-                each.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=1.0)
+        end(tree(pid), grace=grace)
 
 
 class _Interrupts:
@@ -368,10 +309,7 @@ class _Interrupts:
         self.signals.append(signum)
         if signum == signal.SIGINT and len(self.signals) == 1:
             self._say(f"interrupted: passed to the job; interrupt again to end it (TERM, KILL after {self.grace:g}s)")
-            try:
-                os.killpg(self.proc.pid, signal.SIGINT)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(self.proc.pid, signal.SIGINT)
             return
         if not self.end.is_set():
             self._say(f"ending the job (TERM, KILL after {self.grace:g}s)")
@@ -422,7 +360,7 @@ def supervise(
                 stderr=subprocess.PIPE,
                 env=dict(env) if env is not None else None,
                 start_new_session=True,
-                preexec_fn=None if keep else _die_with_parent,
+                preexec_fn=None if keep else die_with_parent,
             )
         except OSError as exc:
             raise UsageError(f"{command[0]}: cannot start: {exc.strerror or exc}") from None

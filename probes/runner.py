@@ -6,15 +6,13 @@ starting real processes. ``run`` is the real one.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import psutil
+from probes.proc import kill_tree
 
 # After a kill, how long to wait for the pipes to drain; a grandchild that escaped the
 # process tree can hold them open forever.
@@ -38,44 +36,6 @@ class Result:
 
 class Runner(Protocol):
     def __call__(self, argv: Sequence[str], timeout: float) -> Result: ...
-
-
-def kill_tree(pid: int) -> None:
-    """Kill ``pid``, every descendant, and its process group (which catches re-parented ones)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    if hasattr(os, "killpg"):  # POSIX; on Windows the psutil walk above is all there is
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    # A killed grandchild stays a zombie until its new parent reaps it, and not every
-    # container's pid 1 does; a zombie holds no memory, GPU or port, so it counts as gone.
-    deadline = time.monotonic() + _DRAIN_S
-    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        proc.wait(timeout=0)  # reaps it when it is our own child
-        return False
-    except psutil.TimeoutExpired:
-        pass
-    except psutil.NoSuchProcess:
-        return False
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def run(argv: Sequence[str], timeout: float) -> Result:
@@ -107,8 +67,7 @@ def run(argv: Sequence[str], timeout: float) -> Result:
         kill_tree(proc.pid)
         try:
             out, err = proc.communicate(timeout=_DRAIN_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        except subprocess.TimeoutExpired:  # a grandchild that escaped the tree holds the pipes
             out, err = "", ""
         return Result(argv, None, out or "", err or "", time.monotonic() - start, timed_out=True)
     finally:

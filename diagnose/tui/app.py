@@ -7,7 +7,6 @@ back to the app; the screens never call probes or the engine themselves.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -151,20 +150,15 @@ class DiagnoseApp(App[None]):
 
 
 def _end_children_while(running: Callable[[], bool], deadline_s: float = 30.0) -> None:
-    """Terminate (then kill) this process's descendants until the run has ended."""
+    """End this process's descendants (TERM, KILL a second later) until the run has ended."""
     import psutil
+
+    from probes.proc import end
 
     me = psutil.Process()
     deadline = time.monotonic() + deadline_s
     while running() and time.monotonic() < deadline:
-        children = me.children(recursive=True)
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.terminate()
-        _, alive = psutil.wait_procs(children, timeout=1.0)
-        for child in alive:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        end(me.children(recursive=True), grace=1.0)
         time.sleep(0.1)
 
 

@@ -19,7 +19,7 @@ one-line summary, the error, or the reason).
 Each test is a ``MicroTest``: ``status``, ``duration_s``, ``backend``, ``nproc``, ``reason``
 (skipped), ``error`` (the first failure in time: later errors on other ranks are its echoes),
 ``ranks`` (``"0": "done; exit 0"``, ``"1": "barrier; killed by the watchdog at the 5 s
-deadline"``, ``"1": "all_reduce 1KB; signal SIGKILL"``) and ``measurements``, fact paths
+deadline"``, ``"1": "all_reduce 1KB; signal SIGSEGV"``) and ``measurements``, fact paths
 ``microtests.<test>.measurements.<name>``:
 
 rendezvous

@@ -8,7 +8,6 @@ ranks must issue the same collectives in the same order, or the check itself wou
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,7 +77,9 @@ def _init(ctx: Context) -> float:
     took = time.perf_counter() - start
     ctx.channel.step("process group up")
     if ctx.fault == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+        from probes.proc import die_now
+
+        die_now()
     return took
 
 

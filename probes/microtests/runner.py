@@ -17,7 +17,7 @@ from probes.microtests.channel import read_report
 from probes.microtests.errors import classify, rendezvous_error_kind
 from probes.microtests.group import GroupPlan, Run, Step, run_group
 from probes.microtests.judge import judge
-from probes.microtests.watchdog import Launch, supervise, who
+from probes.microtests.watchdog import Launch, run_launches, who
 
 TEST_NAMES = ("rendezvous", "barrier", "all_reduce", "placement", "duplicate_gpu", "lightning_fit")
 STRATEGIES = ("ddp", "ddp_spawn", "fsdp", "deepspeed")
@@ -166,7 +166,7 @@ def execute(
     strategy: str = "ddp",
     extra_env: dict[str, str] | None = None,
 ) -> Run:
-    """Start the ranks of one test, supervise them, and collect what they reported (a port
+    """Start the ranks of one test, watch them, and collect what they reported (a port
     another process took in the meantime: once more)."""
     nproc, shared, spawn = layout(name, setup, strategy)
     for attempt in range(2):
@@ -181,7 +181,7 @@ def execute(
                 work=work,
                 extra_env=extra_env,
             )
-            watched = supervise(planned, Path(work), timeout)
+            watched = run_launches(planned, Path(work), timeout)
             reports = {rank: read_report(work, rank) for rank in range(nproc)}
             launcher = read_report(work, "launcher") if spawn else None
         extra = {"shared": shared, "strategy": strategy}

@@ -12,18 +12,18 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from probes.proc import REAP_S, descendants, kill_tree, own_group
+
 POLL_S = 0.05
 # Walking the process table costs milliseconds: on a small machine, done at every poll it
 # would take CPU from the very ranks being measured.
 _LOOK_S = 0.5
-_REAP_S = 5.0
 _TAIL_BYTES = 4000
 
 
@@ -73,20 +73,6 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _own_group() -> dict:
-    """Popen options that make each rank lead a process group of its own.
-
-    A group, not a session: Linux schedules each session as one unit (autogroup), and two
-    ranks in sessions of their own answer each other's messages several times slower on a
-    busy machine, which would show as bandwidth the job does not lack.
-    """
-    if os.name != "posix":
-        return {}
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"start_new_session": True}  # 3.10 has no safe way to set only the group
-
-
 def _spawn(launch: Launch, log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(
@@ -95,39 +81,8 @@ def _spawn(launch: Launch, log: Path) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            **_own_group(),
+            **own_group(),
         )
-
-
-def _descendants(roots: list[int]) -> list[psutil.Process]:
-    """Every live descendant of ``roots``, from one pass over the process table."""
-    children: dict[int, list[psutil.Process]] = {}
-    for proc in psutil.process_iter(["ppid"]):
-        children.setdefault(proc.info["ppid"], []).append(proc)
-    found, todo = [], list(roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child.pid)
-    return found
-
-
-def _group_members(groups: list[int]) -> list[psutil.Process]:
-    members = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(ProcessLookupError, psutil.Error):
-            if os.getpgid(proc.pid) in groups:
-                members.append(proc)
-    return members
-
-
-def kill_tree(procs: list[psutil.Process], groups: list[int]) -> None:
-    """SIGKILL every process given and every member of the given process groups; wait for them."""
-    procs = list({p.pid: p for p in [*procs, *(_group_members(groups) if groups else [])]}.values())
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            proc.kill()
-    psutil.wait_procs(procs, timeout=_REAP_S)
 
 
 def _tail(path: Path) -> str:
@@ -187,7 +142,7 @@ class Watchdog:
         """Note new descendants (now and then) and every exit since the last poll."""
         if time.monotonic() >= self._next_look:
             running = [pid for pid, p in self._tracked.items() if p.is_running()]
-            for child in _descendants(running):
+            for child in descendants(running):
                 self._tracked.setdefault(child.pid, child)
             self._next_look = time.monotonic() + _LOOK_S
         newly_failed = []
@@ -222,7 +177,7 @@ class Watchdog:
         kill_tree(list(self._tracked.values()), groups)
         for key, popen in self.popens.items():
             with contextlib.suppress(subprocess.TimeoutExpired):
-                popen.wait(timeout=_REAP_S)
+                popen.wait(timeout=REAP_S)
             self.exits.setdefault(
                 key, Ended(popen.returncode, killed="when the run was interrupted")
             )
@@ -246,7 +201,7 @@ class Watchdog:
         )
 
 
-def supervise(
+def run_launches(
     launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0
 ) -> Watched:
     """Run ``launches`` at once; return when all ended, or after killing them all."""

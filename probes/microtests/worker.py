@@ -19,7 +19,7 @@ Only child processes run this module; it is where torch gets imported. Two ways 
 
 Test-only fault injection: with ``DIAGNOSE_MICROTEST_TESTING=1`` set, the worker honours
 ``DIAGNOSE_MICROTEST_FAULT=TEST:RANK:ACTION`` (actions: ``skip_barrier``: that rank never
-arrives at the barrier; ``kill``: it SIGKILLs itself once its process group is up;
+arrives at the barrier; ``kill``: it dies at once, killed by a signal, once its process group is up;
 ``wrong_sum``: it contributes a wrong value to the all_reduce). Without the first variable the
 second is ignored, so a stray setting cannot break a real diagnosis.
 """
