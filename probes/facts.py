@@ -568,6 +568,27 @@ class MicroTests(Section):
     lightning_fit: MicroTest | None = None
 
 
+# --- what failed -----------------------------------------------------------------------------
+
+
+class Frame(_Model):
+    file: str
+    line: int | None = None
+    function: str | None = None
+
+
+class Failure(_Model):
+    """The exception the first failing rank raised, read from its own output."""
+
+    rank: int | None = None
+    exception: str | None = None  # the type, as printed: ValueError, torch.distributed.DistBackendError
+    message: str | None = None
+    user_frame: Frame | None = None  # innermost frame of the user's code in its traceback
+    signatures: list[str] = Field(default_factory=list)  # what the catalog recognises in that traceback
+    # a signature more specific than "a Python exception" names it: then the cascade is not the answer
+    explained: bool | None = None
+
+
 # --- logs -------------------------------------------------------------------------------------
 
 
@@ -587,11 +608,32 @@ class Signature(_Model):
     data: dict[str, str] = Field(default_factory=dict)  # named groups: device, collective, ...
 
 
+class NcclState(_Model):
+    """What NCCL's own INFO lines say about communicator init (read by ``probes.logfacts``)."""
+
+    versions: list[str] = Field(default_factory=list)  # distinct, "+cudaX" dropped: two differ
+    net: str | None = None  # IB or Socket: the transport NCCL chose between nodes
+    interfaces: list[str] = Field(default_factory=list)  # bootstrap and NET interfaces, as seen
+    transports: list[str] = Field(default_factory=list)  # P2P/IPC, SHM, NET/IB ... between ranks
+    init_completed: bool = False  # "Init COMPLETE" or "Connected all rings" seen
+    nranks: int | None = None
+    shared_devices: list[str] = Field(default_factory=list)  # host:busId opened by two processes
+    derived: ClassVar[tuple[str, ...]] = ("versions_differ",)
+
+    @property
+    def versions_differ(self) -> bool:
+        return len(self.versions) > 1
+
+
 class Log(Section):
     sources: list[str] = Field(default_factory=list)
     lines_read: int | None = None
     lines: list[LogLine] | None = None  # the retained lines rules' patterns run over
     signatures: list[Signature] | None = None
+    nccl: NcclState | None = None  # None: no NCCL INFO line (NCCL_DEBUG unset, or no NCCL)
+    failure: Failure | None = None  # the first failing rank's exception, from its traceback
+    exit_codes: list[int] | None = None  # as launchers report ranks' ends (-9, 137, 1 ...)
+    exit_signals: list[str] | None = None  # SIGKILL, SIGSEGV ... named or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks")
 
     @property
@@ -606,12 +648,6 @@ class Log(Section):
 
 
 # --- hangs ------------------------------------------------------------------------------------
-
-
-class Frame(_Model):
-    file: str
-    line: int | None = None
-    function: str | None = None
 
 
 class Collective(_Model):
@@ -644,18 +680,6 @@ class SourceCall(_Model):
     line: int
     call: str  # self.log, dist.barrier, self.all_gather, ...
     condition: str  # the branch's test as written, or the decorator
-
-
-class Failure(_Model):
-    """The exception the first failing rank raised, read from its own output."""
-
-    rank: int | None = None
-    exception: str | None = None  # the type, as printed: ValueError, torch.distributed.DistBackendError
-    message: str | None = None
-    user_frame: Frame | None = None  # innermost frame of the user's code in its traceback
-    signatures: list[str] = Field(default_factory=list)  # what the catalog recognises in that traceback
-    # a signature more specific than "a Python exception" names it: then the cascade is not the answer
-    explained: bool | None = None
 
 
 class RankStack(_Model):

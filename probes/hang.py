@@ -730,7 +730,9 @@ def tracebacks(lines: Iterable[str]) -> list[tuple[int | None, list[str]]]:
                 break
         elif len(block) > TRACEBACK_MAX_LINES:
             del open_[rank]
-    return done
+    # a traceback cut short (a pasted excerpt, a killed process) still shows where it was
+    done.extend((rank, block) for rank, block in open_.items() if any(map(_TB_FRAME.match, block)))
+    return done[:MAX_TRACEBACKS]
 
 
 _TB_FRAME = re.compile(r'^\s+File "(.*)", line (\d+), in (.+)$')

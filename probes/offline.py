@@ -27,6 +27,7 @@ from typing import Any
 
 from probes.facts import Facts, Gpu, Log, Section, Skipped, Source
 from probes.log import LogError, log_from_text, read_log
+from probes.logfacts import structure
 from probes.patterns import compile as _linear  # the texts are untrusted: linear-time matching
 from probes.report import parse_report
 
@@ -98,7 +99,7 @@ def offline_facts(
         # tables pasted into a log (nvidia-smi, nccl-tests headers) are facts too, from the log
         _merge(facts, _relabelled(parse_report("\n".join(line.text for line in log.lines or []), name), "log"))
     if logs or log_parts:
-        facts.log = _merged_logs(log_parts)
+        facts.log = structure(_merged_logs(log_parts), log_from_text)
     lines = [line.text for line in facts.log.lines or []]
     _stated(facts, texts + ["\n".join(lines)])
     _from_signatures(facts)

@@ -1,0 +1,103 @@
+"""Structured facts from what a log's state lines and tracebacks say (``Log.nccl``,
+``Log.failure``, ``Log.exit_codes``, ``Log.exit_signals``).
+
+A matched line says one thing; a maintainer reads the lines together: NCCL printed its version
+and bootstrap interface but never "Init COMPLETE" (init stalled: network), two processes of
+one host report the same bus id (two ranks on one GPU), the launcher says a rank ended with
+-9 (SIGKILL: the host's OOM killer) or the first traceback ends in the user's own frame. These
+facts come from the fields the signatures of ``kb/signatures/state.yaml`` and ``nccl.yaml``
+extract, so a new wording is a signature, not code here.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+from probes.facts import Failure, Log, NcclState
+from probes.hang import first_failure
+
+# A shell reports a child killed by signal N as exit status 128+N; Python's subprocess and
+# torchrun report it as -N.
+_SHELL_SIGNAL_BASE = 128
+_MAX_LISTED = 16
+
+
+def _signal_name(number: int) -> str | None:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
+def _exit_signal(code: int) -> str | None:
+    if code < 0:
+        return _signal_name(-code)
+    if _SHELL_SIGNAL_BASE < code < _SHELL_SIGNAL_BASE + 32:
+        return _signal_name(code - _SHELL_SIGNAL_BASE)
+    return None
+
+
+def _ordered(values) -> list[str]:
+    return list(dict.fromkeys(v for v in values if v))[:_MAX_LISTED]
+
+
+def nccl_state(log: Log) -> NcclState | None:
+    """What NCCL's own INFO lines say about init; None when the log holds none of them."""
+    sigs = log.signatures or []
+    by_id: dict[str, list[dict[str, str]]] = {}
+    for sig in sigs:
+        by_id.setdefault(sig.id, []).append(sig.data)
+    init_ids = ("nccl_version", "nccl_bootstrap", "nccl_net", "nccl_comm_init", "nccl_init_complete", "nccl_transport")
+    if not any(i in by_id for i in init_ids):
+        return None
+    versions = [d.get("version") for d in by_id.get("nccl_version", [])]
+    versions += [d.get("nccl_version") for d in by_id.get("nccl_error", [])]
+    inits = by_id.get("nccl_comm_init", [])
+    # a device (host, bus id) opened by more than one process: two ranks on one GPU
+    users: dict[str, set[str]] = {}
+    for d in inits:
+        if d.get("bus_id") and d.get("pid"):
+            users.setdefault(f"{d.get('host', '?')}:{d['bus_id']}", set()).add(d["pid"])
+    completed = "nccl_init_complete" in by_id or any(d.get("stage") == "COMPLETE" for d in inits)
+    nranks = [int(d["nranks"]) for d in inits if d.get("nranks", "").isdigit()]
+    return NcclState(
+        versions=_ordered(v.split("+")[0] for v in versions if v),
+        net=next((d["net"] for d in by_id.get("nccl_net", []) if d.get("net")), None),
+        interfaces=_ordered(d.get("interface") for i in ("nccl_bootstrap", "nccl_net") for d in by_id.get(i, [])),
+        transports=_ordered(d.get("transport") for d in by_id.get("nccl_transport", [])),
+        init_completed=completed,
+        nranks=max(nranks) if nranks else None,
+        shared_devices=sorted(k for k, pids in users.items() if len(pids) > 1)[:_MAX_LISTED],
+    )
+
+
+def exits(log: Log) -> tuple[list[int] | None, list[str] | None]:
+    """(exit codes, signals) the launcher reported for ranks and child processes."""
+    codes: list[int] = []
+    names: list[str] = []
+    for sig in log.signatures or []:
+        if sig.id != "process_exit":
+            continue
+        code = sig.data.get("exitcode")
+        if code is not None and code.lstrip("-").isdigit():
+            codes.append(int(code))
+            names.append(_exit_signal(int(code)) or "")
+        names.append(sig.data.get("signal", ""))
+    if not codes and not any(names):
+        return None, None
+    return list(dict.fromkeys(codes))[:_MAX_LISTED], _ordered(names)
+
+
+def structure(log: Log, read: Callable[[str], Log]) -> Log:
+    """``log`` with its structured facts filled in; ``read`` reads a traceback's text
+    (``probes.log.log_from_text``) to name what its exception is."""
+    root = next((s.data.get("first_failing_rank") for s in log.signatures or [] if s.id == "child_failed"), None)
+    failure: Failure | None = None
+    if log.lines:
+        rank = int(root) if root and root.isdigit() else None
+        failure = first_failure((line.text for line in log.lines), rank, read)
+    codes, names = exits(log)
+    return log.model_copy(
+        update={"nccl": nccl_state(log), "failure": failure, "exit_codes": codes, "exit_signals": names}
+    )

@@ -1,0 +1,103 @@
+"""Structured facts from a log's state lines and tracebacks (probes.logfacts), on real reports
+and on lines in the exact formats NCCL (src/init.cc, src/bootstrap.cc) and torchrun print."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from probes.offline import offline_facts
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "cases"
+
+
+def _log(text: str):
+    return offline_facts(logs=[("log", text.splitlines(True))]).log
+
+
+def _case(path: Path):
+    if not path.exists():
+        pytest.skip(f"{path} is not in this checkout")
+    case = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return _log(case["title"] + "\n" + case["log"])
+
+
+def test_an_nccl_init_that_never_completes_is_a_fact_with_its_interface_and_version():
+    log = _case(SHARED / "nccl-257-allreduce-hangs-intel-iommu.yaml")
+    assert log.nccl is not None
+    assert (log.nccl.versions, log.nccl.net, log.nccl.interfaces) == (["2.4.8"], "Socket", ["eth0"])
+    assert log.nccl.init_completed is False
+
+
+def test_ranks_that_print_different_nccl_versions_differ():
+    log = _log(
+        "node1:11:11 [0] NCCL INFO Bootstrap : Using ens7:10.128.0.31<0>\n"
+        "NCCL version 2.19.3+cuda12.3\n"
+        "node2:12:12 [0] NCCL INFO Bootstrap : Using ens7:10.128.0.32<0>\n"
+        "NCCL version 2.20.5+cuda12.4\n"
+    )
+    assert log.nccl.versions == ["2.19.3", "2.20.5"] and log.nccl.versions_differ
+
+
+def test_two_processes_opening_one_bus_id_are_a_shared_device_and_complete_init_is_seen():
+    log = _log(
+        "host-a:100:140 [0] NCCL INFO comm 0x55d3c0a8e2d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+        "host-a:101:141 [0] NCCL INFO comm 0x55d3c0a8f000 rank 1 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+        "host-a:100:140 [0] NCCL INFO Channel 00/0 : 0[1000] -> 1[1000] via SHM/direct/direct\n"
+    )
+    assert log.nccl.shared_devices == ["host-a:1000"]
+    assert log.nccl.init_completed and log.nccl.nranks == 2
+
+
+def test_ranks_on_their_own_gpus_share_nothing():
+    log = _log(
+        "host-a:100:140 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+        "host-a:101:141 [1] NCCL INFO comm 0x2 rank 1 nranks 2 cudaDev 1 busId 2000 - Init COMPLETE\n"
+        "host-a:100:140 [0] NCCL INFO Channel 00/0 : 0[1000] -> 1[2000] via P2P/IPC\n"
+    )
+    assert log.nccl.shared_devices == [] and log.nccl.transports == ["P2P/IPC"]
+
+
+def test_a_log_without_nccl_info_lines_has_no_nccl_state():
+    assert _log("Epoch 1: 100%|##########| 10/10\nRuntimeError: boom\n").nccl is None
+
+
+@pytest.mark.parametrize(
+    ("line", "codes", "signals"),
+    [
+        ("  exitcode  : -9 (pid: 1234)", [-9], ["SIGKILL"]),
+        ("[INFO] [launch.py:347:main] Process 4411 exits with return code = -11", [-11], ["SIGSEGV"]),
+        ("subprocess.CalledProcessError: Command 'x' returned non-zero exit status 137.", [137], ["SIGKILL"]),
+        ("  traceback : Signal 6 (SIGABRT) received by PID 5512", [], ["SIGABRT"]),
+        ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 3311)", [1], []),
+    ],
+)
+def test_launcher_exit_lines_become_codes_and_signals(line, codes, signals):
+    log = _log(line + "\n")
+    assert (log.exit_codes, log.exit_signals) == (codes, signals)
+
+
+def test_a_deepspeed_launcher_killed_rank_is_sigkill_in_a_real_report():
+    log = _case(ROOT / "tests" / "cases" / "anomalygpt-43-deepspeed-rc-9-host-ram.yaml")
+    assert "SIGKILL" in log.exit_signals
+
+
+def test_the_first_traceback_names_its_exception_and_the_users_innermost_frame():
+    log = _log(
+        "Traceback (most recent call last):\n"
+        '  File "/work/train.py", line 41, in <module>\n'
+        "    trainer.fit(model)\n"
+        '  File "/usr/lib/python3.10/site-packages/lightning/pytorch/trainer/trainer.py", line 538, in fit\n'
+        "    call._call_and_handle_interrupt(\n"
+        "ModuleNotFoundError: No module named 'torch._six'\n"
+    )
+    assert log.failure.exception == "ModuleNotFoundError"
+    assert log.failure.user_frame.file == "/work/train.py" and log.failure.user_frame.line == 41
+    assert log.failure.explained  # import_error is more than "a Python exception"
+
+
+def test_a_traceback_cut_short_still_gives_the_frame_it_reached():
+    log = _case(ROOT / "tests" / "cases" / "hrnet-seg-171-nproc-more-than-visible-gpus.yaml")
+    assert log.failure is not None and log.failure.user_frame.file == "tools/train.py"
+    assert log.failure.user_frame.line == 98
