@@ -75,8 +75,8 @@ def cmd_facts(argv: Sequence[str]) -> int:
     if args.microtests is None:
         args.microtests = "none"  # facts alone are quick; ask for tests explicitly
     facts = gather_facts(args, progress_printer() if sys.stderr.isatty() else None)
-    from probes.snapshot import dump_snapshot, facts_from_dict
     from probes.redact import scrub
+    from probes.snapshot import dump_snapshot, facts_from_dict
 
     # a snapshot is shared like a report: the same redaction before it leaves
     facts = facts_from_dict(scrub(facts.model_dump(mode="json", warnings=False)), "facts")
@@ -162,8 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
     from diagnose.kb import KBError
-    from probes.snapshot import SnapshotError
     from probes.log import LogError
+    from probes.snapshot import SnapshotError
 
     try:
         if argv and argv[0] in COMMANDS:

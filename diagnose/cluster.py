@@ -104,8 +104,8 @@ def _write(facts: Facts, kb, fmt: str, args) -> int:
     report = evaluate(facts, kb)
     text = render_cluster(report, fmt)
     if args.save_facts and not args.snapshot:
-        from probes.snapshot import dump_snapshot, facts_from_dict
         from probes.redact import scrub
+        from probes.snapshot import dump_snapshot, facts_from_dict
 
         safe = facts_from_dict(scrub(facts.model_dump(mode="json", warnings=False)), "facts")
         _write_file(args.save_facts, dump_snapshot(safe) + "\n")

@@ -15,9 +15,9 @@ from diagnose.engine import evaluate
 from diagnose.kb import KB, load_kb
 from diagnose.rules import AnyCheck, FactCheck, LogCheck
 from probes.facts import Driver, Facts, Gpu, Gpus, Host, TorchBuild
-from probes.snapshot import facts_from_dict
 from probes.offline import offline_facts
 from probes.signatures import kb_dir
+from probes.snapshot import facts_from_dict
 from probes.tables import TableError, load_tables
 
 SHIPPED = tables.shipped()
