@@ -36,13 +36,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def _compile(pattern: str) -> Any:
+def _compile(pattern: str, *, multiline: bool = False) -> Any:
     """RE2, or a bounded fallback where look-around is needed (``probes.patterns``): rule
     patterns run over untrusted logs, so one that cannot be bounded is a load error."""
     from probes.patterns import PatternError, compile
 
     try:
-        return compile(pattern)
+        return compile(pattern, multiline=multiline)
     except PatternError as exc:
         raise ValueError(str(exc)) from None
 
@@ -157,9 +157,9 @@ class LogCheck(_Check):
         return required_literals(self.log)
 
     @cached_property
-    def prefilter(self) -> re.Pattern[str]:
+    def prefilter(self) -> Any:
         """The same pattern over the joined log text: finds every line the per-line search would."""
-        return re.compile(self.log, re.MULTILINE)
+        return _compile(self.log, multiline=True)
 
     display = cached_property(lambda self: ("log", self.log, "a log line matches"))
     need: ClassVar[str] = "log"

@@ -16,13 +16,13 @@ silently. Every signature proves itself with ``examples`` (``match`` lines it mu
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from probes import patterns
 from probes.prefilter import required_literals
 
 
@@ -57,11 +57,14 @@ class Examples(_Strict):
     no_match: list[str] = Field(default_factory=list)
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> Any:
+    """RE2, or the bounded fallback where look-around is needed (``probes.patterns``):
+    signatures run over untrusted logs, so a pattern that cannot be bounded is a load error,
+    reported by ``load_catalog`` with its file and place."""
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"bad regex {pattern!r}: {exc}") from None
+        return patterns.compile(pattern)
+    except patterns.PatternError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class SignatureDef(_Strict):
@@ -99,11 +102,11 @@ class SignatureDef(_Strict):
         return self
 
     @functools.cached_property
-    def compiled(self) -> tuple[re.Pattern[str], ...]:
+    def compiled(self) -> tuple[Any, ...]:
         return tuple(_compile(p) for p in self.patterns)
 
     @functools.cached_property
-    def compiled_fields(self) -> tuple[re.Pattern[str], ...]:
+    def compiled_fields(self) -> tuple[Any, ...]:
         return tuple(_compile(f) for f in self.fields)
 
     @functools.cached_property
