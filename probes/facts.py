@@ -126,7 +126,7 @@ class Packages(KeyedSection):
         return torch or (self._owner.facts.torch.version if self._owner.facts is not None else None)
 
     def _unmet(self, package: str) -> str | None:
-        """"lightning 2.5.1 needs torch>=2.1" when the installed torch falls outside; else None."""
+        """ "lightning 2.5.1 needs torch>=2.1" when the installed torch falls outside; else None."""
         from probes.tables import shipped, version
 
         installed, torch = self.values.get(package), version(self._torch_version())
@@ -852,7 +852,9 @@ class Cluster(Section):
     @property
     def differing_env(self) -> list[str] | None:
         """Job-wide variables (NCCL_*, TORCH_*, ...) whose value differs between nodes; unset counts."""
-        return clusterfacts.differing_env([n.env.values for n in self._reported() if n.env is not None and n.env.complete])
+        return clusterfacts.differing_env(
+            [n.env.values for n in self._reported() if n.env is not None and n.env.complete]
+        )
 
     @property
     def differing_versions(self) -> list[str] | None:

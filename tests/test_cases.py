@@ -61,13 +61,19 @@ def test_case(path):
 def test_top3_share_holds_the_floor():
     results = [_result(p) for p in PATHS]
     _, top3, _ = shares(results)
-    misses = [f"{r.case.name}: expected {r.case.cause}, top {r.top and r.top.id}" for r in results if not r.rank or r.rank > 3]
+    misses = [
+        f"{r.case.name}: expected {r.case.cause}, top {r.top and r.top.id}" for r in results if not r.rank or r.rank > 3
+    ]
     assert top3 >= TOP3_FLOOR, f"top-3 share {top3:.0%} < floor {TOP3_FLOOR:.0%}: {misses}"
 
 
 def test_high_confidence_is_right_nine_times_in_ten():
     results = [_result(p) for p in PATHS]
     high = next(row for row in calibration(results) if row.confidence == "high")
-    wrong = [f"{r.case.name}: {r.top.id}, cause {r.case.cause}" for r in results if r.top and r.top.confidence == "high" and r.rank != 1]
+    wrong = [
+        f"{r.case.name}: {r.top.id}, cause {r.case.cause}"
+        for r in results
+        if r.top and r.top.confidence == "high" and r.rank != 1
+    ]
     assert high.shown, "no case has a first finding at high confidence"
     assert high.share >= HIGH_RIGHT_FLOOR, f"high is right {high.right}/{high.shown} < {HIGH_RIGHT_FLOOR:.0%}: {wrong}"

@@ -42,7 +42,10 @@ def test_unknown_is_not_false():
         (json.dumps({"schema_version": SCHEMA_VERSION + 1}).encode(), f"snapshot schema {SCHEMA_VERSION + 1} is newer"),
         (json.dumps({"schema_version": 0}).encode(), "snapshot schema 0 is no longer supported"),
         (json.dumps({"schema_version": "1"}).encode(), "schema_version must be an integer"),
-        (json.dumps({"schema_version": SCHEMA_VERSION, "gpus": {"count": "many"}}).encode(), "gpus.count: Input should be a valid integer"),
+        (
+            json.dumps({"schema_version": SCHEMA_VERSION, "gpus": {"count": "many"}}).encode(),
+            "gpus.count: Input should be a valid integer",
+        ),
         (json.dumps({"schema_version": SCHEMA_VERSION, "gpu": {}}).encode(), "gpu: Extra inputs are not permitted"),
         (b'{"schema_version": 1,', ":1:22: invalid JSON"),
     ],

@@ -74,8 +74,11 @@ def test_a_driver_too_old_for_the_build_is_the_init_error() -> None:
         "PyTorch version that has been compiled with your version of the CUDA driver. "
         "(Triggered internally at ../c10/cuda/CUDAFunctions.cpp:108.)"
     )
-    stdout = CANNED.split("\n")[0] + "\n" + torch_build.MARK + json.dumps(
-        {"stage": "cuda", "cuda_available": False, "device_count": 0, "warning": warning}
+    stdout = (
+        CANNED.split("\n")[0]
+        + "\n"
+        + torch_build.MARK
+        + json.dumps({"stage": "cuda", "cuda_available": False, "device_count": 0, "warning": warning})
     )
 
     def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
@@ -133,8 +136,7 @@ def test_the_child_cannot_start() -> None:
 # a CUDA build's two stages, then a third line cut short by a kill; cuDNN in its old
 # numbering (8902 is 8.9.2)
 CANNED = (
-    torch_build.MARK
-    + '{"stage": "build", "version": "2.1.2+cu118", "cuda": "11.8", "hip": null, "cudnn": 8902,'
+    torch_build.MARK + '{"stage": "build", "version": "2.1.2+cu118", "cuda": "11.8", "hip": null, "cudnn": 8902,'
     ' "nccl": [2, 18, 1], "arch_list": ["sm_86"], "backends": ["nccl", "gloo"]}\n'
     + torch_build.MARK
     + '{"stage": "cuda", "cuda_available": true, "device_count": 4}\n'
