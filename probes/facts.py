@@ -126,7 +126,7 @@ class Packages(KeyedSection):
         return torch or (self._owner.facts.torch.version if self._owner.facts is not None else None)
 
     def _unmet(self, package: str) -> str | None:
-        """ "lightning 2.5.1 needs torch>=2.1" when the installed torch falls outside; else None."""
+        """Why the installed torch falls outside what ``package`` needs ("lightning 2.5.1 needs torch>=2.1"); else None."""
         from probes.tables import shipped, version
 
         installed, torch = self.values.get(package), version(self._torch_version())
