@@ -135,7 +135,7 @@ def cmd_kb(argv: Sequence[str]) -> int:
 
 
 def cmd_run(argv: Sequence[str]) -> int:
-    from diagnose.supervise import cmd_run as run
+    from diagnose.run.command import cmd_run as run
 
     return run(argv)
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from diagnose.supervise import job_env, supervise
+from diagnose.run.jobenv import job_env
+from diagnose.run.supervise import supervise
 from probes.runner import kill_tree
 
 ROOT = Path(__file__).resolve().parents[2]
