@@ -30,11 +30,14 @@ PY = [sys.executable]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 OLD_LAUNCH = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "2", "--master-port", "{port}"]
 
-# Causes that need a GPU or NCCL: none of them may be ranked on a CPU job that ran on gloo.
+# Causes that need a GPU or NCCL: none of them may be ranked on a CPU job that ran on gloo
+# (tests/diagnose/test_gpu_gates.py checks that exactly these rules are gated on the facts).
 GPU_OR_NCCL_ONLY = (
-    "nccl.", "cuda.", "devices.", "oom.cuda-one-rank", "ddp.checkpoint-on-gpu0", "env.driver-too-old",
-    "env.gpu-arch-unsupported", "env.mixed-gpu-models", "env.no-nccl-windows", "sync.watchdog-disabled",
-    "startup.staggered-init-hang",
+    "nccl.", "cuda.", "devices.", "oom.cuda-one-rank", "oom.resume-checkpoint-copy", "ddp.checkpoint-on-gpu0",
+    "ddp.lightning-non-consecutive-gpus", "env.driver-too-old", "env.gpu-arch-unsupported", "env.mixed-gpu-models",
+    "env.no-nccl-windows", "env.cudnn-mismatch", "env.cpu-only-torch", "sync.watchdog-disabled", "startup.staggered-init-hang",
+    "hardware.gpu-fault", "launch.mpirun-local-rank", "cluster.nccl-env-mismatch", "cluster.driver-mismatch",
+    "cluster.gpu-model-mismatch", "cluster.tasks-vs-gpus",
 )
 
 
@@ -71,9 +74,7 @@ ZOO = [
     Job("allgather_sizes.py", TORCHRUN, "sync.collective-mismatch", "crashed"),
     # its own 2 s timeout must fire before diagnose's --hang-after does
     Job("gloo_timeout_fires.py", PY, "sync.collective-timeout", "crashed", args=("{port}",), hang_after="8"),
-    Job("lightning_unused_parameters.py", PY, "ddp.unused-parameters", "crashed", slow=True,
-        known_miss="the ddp_unused_parameters signature lacks Lightning 2.6's wording "
-                   "('It looks like your LightningModule has parameters that were not used')"),
+    Job("lightning_unused_parameters.py", PY, "ddp.unused-parameters", "crashed", slow=True),
     Job("ddp_model_differs.py", TORCHRUN, "ddp.param-shape-mismatch", "crashed"),
     Job("collective_before_init.py", TORCHRUN, "launch.process-group-not-initialized", "crashed"),
     Job("old_launcher_local_rank.py", OLD_LAUNCH, "launch.local-rank-argument", "crashed"),
@@ -135,6 +136,4 @@ def test_zoo_job_is_named_first(job: Job, tmp_path):
     # what it ran on was seen live, while the job ran
     assert report["facts"]["torch"]["version"] and report["facts"]["gpus"]["count"] == 0, context
     wrong = [f for f in found if f.startswith(GPU_OR_NCCL_ONLY)]
-    if wrong:
-        # the rules' own gates decide this (kb/nccl/ and others have no `when:` on CUDA yet)
-        pytest.xfail(f"GPU- or NCCL-only causes ranked on a gloo CPU job: {wrong}")
+    assert not wrong, f"GPU- or NCCL-only causes ranked on a gloo CPU job: {wrong}; {context}"
