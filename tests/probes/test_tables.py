@@ -13,7 +13,7 @@ import pytest
 import probes.tables as tables
 from diagnose.engine import evaluate
 from diagnose.kb import KB, load_kb
-from diagnose.rules import AnyCheck, FactCheck, LogCheck
+from diagnose.kblint import naming_offenders
 from probes.facts import Driver, Facts, Gpu, Gpus, Host, TorchBuild
 from probes.offline import offline_facts
 from probes.signatures import kb_dir
@@ -183,62 +183,12 @@ def test_a_new_gpu_model_is_one_table_row(tmp_path, monkeypatch):
     assert facts.torch.supports_gpu_arch is False and found == ["env.gpu-arch-unsupported"]
 
 
-# --- no model names or version numbers in log patterns --------------------------------------
-
-# a version written into a pattern: 2\.4, 12\.[0-7], cu11x, sm_120, +cuda11
-_VERSION = re.compile(r"\d\\?\.\[?\d|\bcu(?:\d|\(|\[)|\bsm_\d|\+cuda\d|\bcompute_\d")
-
-
-GPU_NAME_FACTS = {"gpus.devices.name", "gpus.models", "cluster.gpu_models"}
-
-
-def _model_words() -> set[str]:
-    # brand words stand for gpus.consumer
-    words = {c.arch for c in SHIPPED.gpus.capabilities} | {"geforce", "titan", "quadro"}
-    for model in SHIPPED.gpus.models:
-        words.add(model.name.lower())
-        last = model.name.split()[-1]
-        if any(ch.isdigit() for ch in last) and len(last) >= 3:
-            words.add(last.lower())
-    return words
-
-
-def _log_patterns(rule) -> list[str]:
-    """The rule's log regexes, and the patterns it tests GPU names with."""
-    out, stack = [], [*rule.when, *rule.evidence]
-    while stack:
-        check = stack.pop()
-        if isinstance(check, AnyCheck):
-            stack.extend(check.any)
-        elif isinstance(check, LogCheck):
-            out.append(check.log)
-        elif isinstance(check, FactCheck) and check.fact in GPU_NAME_FACTS and check.regex is not None:
-            out.append(check.regex.pattern)
-    return out
-
-
-def naming_offenders(rules=None) -> dict[str, list[str]]:
-    """Rule id -> what its log patterns name that a table fact covers."""
-    words = _model_words()
-    found: dict[str, list[str]] = {}
-    for rule in load_kb().rules if rules is None else rules:
-        for pattern in _log_patterns(rule):
-            # class escapes (\b, \d) become spaces so "\bGB200\b" still reads as the word GB200
-            plain = re.sub(r"\\[bBdDsSwWAZ]", " ", pattern).replace("\\", "").lower()
-            hits = sorted(w for w in words if re.search(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", plain))
-            if _VERSION.search(pattern):
-                hits.append("a version number")
-            if hits:
-                found.setdefault(rule.id, []).append(f"{pattern!r}: {', '.join(hits)}")
-    return found
-
-
-# rule id -> why its pattern keeps a literal: the words are not a version or model a table could hold
-JUSTIFIED: dict[str, str] = {}
+# --- no model names or version numbers in log patterns (diagnose/kblint.py) ------------------
 
 
 def test_no_rule_names_a_gpu_model_or_version_in_a_log_pattern():
-    offenders = {rid: hits for rid, hits in naming_offenders().items() if rid not in JUSTIFIED}
+    # `diagnose kb lint` fails on each of these, so the list stays empty
+    offenders = naming_offenders(load_kb().rules)
     assert not offenders, "log patterns naming what kb/tables/ knows; test a table fact instead:\n" + "\n".join(
         f"  {rid}: {hit}" for rid, hits in sorted(offenders.items()) for hit in hits)
 
