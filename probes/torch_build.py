@@ -81,20 +81,21 @@ def probe(
     python: Sequence[str] = (sys.executable,),
     find: Callable[[], Sequence[str] | None] | None = find_torch,
 ) -> TorchBuild:
-    """``python`` is the interpreter argv to ask; ``find`` says where this interpreter's torch
-    lies and is asked only when ``python`` is this interpreter. Tests pass stand-ins for all three."""
+    """``python`` is the interpreter argv to ask. Only when its child reports no build does
+    ``find`` say where this interpreter's torch lies (asked when ``python`` is this interpreter):
+    nowhere, torch is not installed; else its version.py still names the build. Tests pass
+    stand-ins for all three."""
     facts = TorchBuild(source="live")
-    if find is not None and tuple(python) == (sys.executable,):
-        locations = find()
-        if locations is None:
-            facts.unavailable["version"] = "torch is not installed in this environment"
-            return facts
-        _fill_static(facts, locations)
     result = run([*python, "-c", CHILD], timeout)
     stages = _stages(result.stdout)
     build, cuda = stages.get("build"), stages.get("cuda")
     if build:
         _fill_build(facts, build)
+    elif find is not None and tuple(python) == (sys.executable,):
+        locations = find()
+        if locations is None:
+            return TorchBuild(source="live", unavailable={"version": "torch is not installed in this environment"})
+        _fill_static(facts, locations)
     if cuda and "error" not in cuda:
         facts.cuda_available = cuda["cuda_available"]
         facts.device_count = cuda["device_count"]

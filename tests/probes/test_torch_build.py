@@ -115,17 +115,34 @@ def test_version_py_still_names_the_build_when_the_import_fails(tmp_path: Path) 
     assert facts.unavailable["backends"] == facts.init_error
 
 
-def test_no_torch_here_is_said_without_starting_a_child() -> None:
+def test_no_torch_here_is_said_as_such() -> None:
     def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
-        raise AssertionError(f"started {argv[0]} although torch is not installed")
+        return runner.Result(tuple(argv), 1, "", "ModuleNotFoundError: No module named 'torch'\n", 0.05)
 
     facts = torch_build.probe(run, 5, find=lambda: None)
-    assert facts.version is None and facts.unavailable == {"version": "torch is not installed in this environment"}
+    assert facts.version is None and facts.init_error is None
+    assert facts.unavailable == {"version": "torch is not installed in this environment"}
 
 
-def test_another_interpreter_is_asked_even_when_this_one_has_no_torch() -> None:
-    facts = torch_build.probe(timeout=20, python=fake("crash"), find=lambda: None)
-    assert facts.version == "2.4.0+cu121"
+def test_the_childs_build_comes_before_any_discovery() -> None:
+    """A child that reports its build is believed, whatever this interpreter has installed."""
+
+    def run(argv, timeout):  # noqa: ANN001, ANN202 - the Runner protocol
+        return runner.Result(tuple(argv), 0, CANNED, "", 0.1)
+
+    def find():  # noqa: ANN202
+        raise AssertionError("asked where torch lies although the child reported its build")
+
+    assert torch_build.probe(run, 5, find=find).version == "2.1.2+cu118"
+
+
+def test_another_interpreters_failure_is_not_read_as_no_torch_here() -> None:
+    """Where this interpreter's torch lies says nothing of another's: its own failure is the answer."""
+    facts = torch_build.probe(timeout=20, python=fake("before"), find=lambda: None)
+    assert (
+        facts.init_error == "torch importing torch failed: ImportError: libcudart.so.12: cannot open shared object file"
+    )
+    assert facts.unavailable["version"] == facts.init_error
 
 
 def test_the_child_cannot_start() -> None:
@@ -150,7 +167,7 @@ def test_canned_runner_output() -> None:
         assert argv[1] == "-c" and timeout == 5
         return runner.Result(tuple(argv), 0, CANNED, "", 0.1)
 
-    facts = torch_build.probe(run, 5, find=lambda: [])
+    facts = torch_build.probe(run, 5)
     assert (facts.cudnn, facts.nccl, facts.device_count, facts.cuda_available) == ("8.9.2", "2.18.1", 4, True)
     assert facts.cuda_build is True and facts.arch_list == ["sm_86"]
     assert facts.init_error is None and facts.unavailable == {}
