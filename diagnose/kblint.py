@@ -5,7 +5,8 @@
   ``| default(...)``, or one that fails at all, is caught before a user meets it;
 - no log pattern names a GPU model, an architecture or a version that ``kb/tables/`` knows:
   such a rule goes stale with the next GPU or release, where a table fact
-  (``gpus.arch``, ``torch.supports_gpu_arch``, ``torch.nccl_known_issue``...) would not.
+  (``gpus.arch``, ``torch.supports_gpu_arch``, ``torch.nccl_known_issue``...) would not;
+- every reference is a public https:// address a reader can open.
 """
 
 from __future__ import annotations
@@ -121,10 +122,21 @@ def naming_offenders(rules: list[Rule]) -> dict[str, list[str]]:
     return found
 
 
+def private_references(kb: KB) -> list[str]:
+    """``RULE: reference 'REF' ...`` for each reference a reader cannot open: the loader still
+    takes ``seed:FILE`` (a note in a private folder), a rule's sources have to be public."""
+    return [
+        f"{rule.id}: reference {ref!r} is not a public https:// address: cite the thread it came from"
+        for rule in kb.rules
+        for ref in rule.references
+        if not ref.startswith("https://")
+    ]
+
+
 def lint(kb: KB) -> list[str]:
     """Every problem, one line each, naming the rule's file."""
     where = {rule.id: str(kb.files.get(rule.id, rule.id)) for rule in kb.rules}
-    problems = [f"{where[p.split(':', 1)[0]]}: {p}" for p in fix_problems(kb)]
+    problems = [f"{where[p.split(':', 1)[0]]}: {p}" for p in fix_problems(kb) + private_references(kb)]
     for rule_id, hits in sorted(naming_offenders(kb.rules).items()):
         problems += [
             f"{where[rule_id]}: {rule_id}: log pattern names what kb/tables/ knows, test a table fact instead: {hit}"
