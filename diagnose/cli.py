@@ -58,12 +58,12 @@ def cmd_diagnose(argv: Sequence[str]) -> int:
         return run_tui(args, kb)
     progress = progress_printer() if (fmt in (None, "text") or sys.stderr.isatty()) and not is_offline(args) else None
     facts = gather_facts(args, progress)
+    from diagnose.clusterview import render_cluster
     from diagnose.engine import evaluate
-    from diagnose.render import render
 
     report = evaluate(facts, kb)
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    emit(render(report, fmt or "text", color=color))
+    emit(render_cluster(report, fmt or "text", color=color))
     return Exit.FINDINGS if report.has_error else Exit.OK
 
 

@@ -19,6 +19,7 @@ from diagnose.tui.widgets import (
     FixView,
     MachineHeader,
     OutcomeList,
+    cluster_view,
     facts_tree,
     microtest_table,
     probe_table,
@@ -73,6 +74,9 @@ class ResultsScreen(Screen[None]):
                 with VerticalScroll():
                     yield Static(probe_table(r.probe_errors, r.skipped))
                     yield Static(microtest_table(microtest_rows(r)), id="microtests")
+            if r.facts.cluster is not None:
+                with TabPane(f"Nodes {len(r.facts.cluster.nodes)}", id="nodes"), VerticalScroll():
+                    yield Static(cluster_view(r.facts.cluster), id="cluster")
             with TabPane("Facts", id="facts"):
                 yield facts_tree(r.facts)
         yield Footer()
@@ -106,11 +110,11 @@ class ResultsScreen(Screen[None]):
             self.notify("Opened on a fixed report: there is nothing to re-run.", severity="warning")
 
     def action_export(self, fmt: str) -> None:
-        from diagnose.render import render
+        from diagnose.clusterview import render_cluster
 
         path = Path.cwd() / EXPORTS[fmt]
         try:
-            path.write_text(render(self.report, fmt), encoding="utf-8")
+            path.write_text(render_cluster(self.report, fmt), encoding="utf-8")
         except OSError as exc:
             self.notify(f"Cannot write {path}: {exc.strerror or exc}", severity="error", timeout=8)
             return

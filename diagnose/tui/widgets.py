@@ -17,7 +17,7 @@ from textual.widgets.option_list import Option
 
 from diagnose.render import SEVERITY_STYLE, _value, machine_summary
 from diagnose.report import EvidenceItem, Finding, RenderedFix, Report, RuleOutcome
-from probes.facts import Facts, ProbeError, Skipped
+from probes.facts import Cluster, Facts, ProbeError, Skipped
 
 # fired or not: a mark and a word, so the table reads the same without colour
 EVIDENCE_MARK = {"fired": ("✓", "fired", "green"), "not_fired": ("·", "no", "dim"), "unknown": ("?", "unknown", "yellow")}
@@ -216,6 +216,21 @@ def microtest_table(rows: Sequence[tuple[str, str, str]]) -> Table | Text:
         style = {"passed": "green", "skipped": "yellow"}.get(status, SEVERITY_STYLE["error"])
         table.add_row(Text(status, style=style), name, detail)
     return table
+
+
+def cluster_view(cluster: Cluster) -> Group:
+    """The job at a glance, then one table per node: the rows ``diagnose cluster`` prints."""
+    from diagnose.clusterview import job_summary, node_rows, node_title
+
+    def table(title: str, rows: list[tuple[str, str]]) -> Table:
+        out = Table(box=None, padding=(0, 1), expand=True, show_header=False, title=title, title_justify="left", title_style="bold")
+        out.add_column("", no_wrap=True, style="bold")
+        out.add_column("", ratio=1)
+        for key, value in rows:
+            out.add_row(key, value)
+        return out
+
+    return Group(table("Cluster", job_summary(cluster)), *(table(f"Node {node_title(n)}", node_rows(n, cluster)) for n in cluster.nodes))
 
 
 def _label(key: str, value: Any) -> Text:

@@ -101,11 +101,12 @@ def test_a_recorded_cluster_snapshot_with_a_faked_version_is_rediagnosed(capsys)
     assert [e["observed"] for e in findings["cluster.nccl-env-mismatch"]["evidence"] if e["state"] == "fired"] == [["NCCL_IB_DISABLE"]]
 
 
+@pytest.mark.parametrize("command", [["cluster"], []], ids=["diagnose cluster", "diagnose"])
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
-def test_the_report_has_a_section_per_node(capsys, fmt):
+def test_the_report_has_a_section_per_node(capsys, fmt, command):
     from diagnose.cli import main
 
-    main(["cluster", "--from", str(FIXTURE), "--format", fmt])
+    main([*command, "--from", str(FIXTURE), "--format", fmt])
     out = capsys.readouterr().out
     node0, node1 = out.index("Node node0"), out.index("Node node1")
     assert "2.12.1+cpu (differs between nodes)" in out[node0:] and "2.13.0+cpu (differs between nodes)" in out[node1:node0]

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from textual.geometry import Region
-from textual.widgets import Tabs
+from textual.widgets import TabbedContent, Tabs
 
 from diagnose.cli import build_parser
 from diagnose.contract import UsageError
@@ -21,7 +21,7 @@ from diagnose.tui.widgets import CauseDetail, CauseList, FixView, OutcomeList
 from probes.facts import ProbeError, Skipped
 from probes.snapshot import SnapshotError, load_snapshot
 
-from .conftest import SNAPSHOTS
+from .conftest import FIXTURES, SNAPSHOTS
 
 SIZE = (80, 24)
 
@@ -163,6 +163,27 @@ async def test_tabs_show_outcomes_probe_errors_and_facts(kb, tmp_path):
         assert {"host", "packages", "torch", "gpus", "launcher", "log"} <= set(sections)
         gpus = next(node for node in tree.root.children if str(node.label) == "gpus")
         assert any(str(n.label).startswith("visible_duplicates (derived)") for n in gpus.children)
+
+
+async def test_a_cluster_report_has_a_tab_with_every_node(kb):
+    from diagnose.engine import evaluate
+
+    facts = load_snapshot(FIXTURES / "cluster" / "two-nodes-torch-differs.json")
+    app = make_app(report=evaluate(facts, kb))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        app.screen.query_one(TabbedContent).active = "nodes"
+        await pilot.pause()
+        shown = drawn(app.screen.query_one("#cluster"))
+        node0, node1 = shown.index("Node node0"), shown.index("Node node1")
+        assert "differs between nodes" in shown[node1:node0] and "rank 3" in shown[node0:]
+
+
+async def test_a_single_machine_report_has_no_nodes_tab(duplicate_gpu):
+    app = make_app(report=duplicate_gpu)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert not app.screen.query("#nodes")
 
 
 async def test_no_causes_says_so_and_copy_has_nothing(report_for):
