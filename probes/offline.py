@@ -61,6 +61,10 @@ _DEVICES = [
     _linear(r"""(?:\b(?:devices|gpus)\s*=\s*|--(?:devices|gpus)[= ]+)["'](?P<list>\d+(?:\s*,\s*\d+)+)["']"""),
     _linear(r"\bnum_processes\s*=\s*(?P<n>\d+)\b"),
 ]
+_MASTER_ADDR = _linear(
+    r"(?i)(?:--master[_-]addr[= ]+|\bMASTER_ADDR\s*=\s*|\bmaster_addr\s*(?:=|:|设置成|设置为|设为|set to|is)\s*)"
+    r"[\"']?(?P<a>[A-Za-z0-9][\w.-]*)"
+)
 _VISIBLE = _linear(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?:\s|$|;)""")
 # Lightning's banner: "GPU available: True (cuda), used: True"
 _GPU_AVAILABLE = _linear(r"^GPU available: (True|False)\b", multiline=True)
@@ -185,6 +189,9 @@ def _stated(facts: Facts, texts: list[str]) -> None:
                 count = int(groups["n"]) if groups.get("n") else len(re.findall(r"\d+", groups["list"]))
                 _set(launcher, "devices_requested", count)
                 break
+        m = _MASTER_ADDR.search(text)
+        if m and not m.group("a").startswith("$"):
+            _set(launcher, "master_addr", m.group("a"))
         m = _VISIBLE.search(text)
         if m:
             visible = [v.strip() for v in m.group("v").split(",")]
