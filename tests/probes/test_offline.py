@@ -72,7 +72,8 @@ def test_binary_log_raises_log_error(tmp_path):
     [
         ("$ torchrun --nproc_per_node=8 --nnodes=2 --node_rank=1 --master_addr=10.0.0.1 --master_port=1234 train.py",
          {"kind": "torchrun", "local_world_size": 8, "nnodes": 2, "node_rank": 1, "master_port": 1234,
-          "devices_requested": 8}),
+          "master_addr": "10.0.0.1", "devices_requested": 8}),
+        ("master节点的master_addr设置成127.0.0.1会报错", {"master_addr": "127.0.0.1"}),
         ("python -m torch.distributed.launch --nproc_per_node 4 train.py",
          {"kind": "torchrun", "local_world_size": 4, "devices_requested": 4}),
         ("srun python train.py --num-nodes 2 --gpus 4", {"kind": "slurm", "nnodes": 2, "devices_requested": 4}),
