@@ -1,6 +1,6 @@
 """``diagnose cluster``: the job's own program under torchrun or srun, one process per GPU.
 
-Every rank takes part (``probes.cluster.run``); rank 0 diagnoses the gathered Facts and writes
+Every rank takes part (``probes.cluster.rank.run``); rank 0 diagnoses the gathered Facts and writes
 one report with a section per node. With ``--from`` it renders a saved cluster snapshot the
 same way, offline.
 """
@@ -66,7 +66,9 @@ def cmd_cluster(argv: Sequence[str]) -> int:
             raise UsageError(f"{args.snapshot}: not a cluster snapshot (no cluster section); use `diagnose --from`")
         return _write(facts, load_kb(args.kb), fmt, args)
 
-    from probes.cluster import ClusterError, LaunchError, Options, identity, run
+    from probes.cluster.identity import LaunchError, identity
+    from probes.cluster.options import Options
+    from probes.cluster.rank import ClusterError, run
 
     for name in ("timeout", "join_timeout", "op_timeout"):
         if getattr(args, name) <= 0:
@@ -85,13 +87,13 @@ def cmd_cluster(argv: Sequence[str]) -> int:
         raise UsageError(str(exc)) from None
     kb = load_kb(args.kb) if me.rank == 0 else None  # a broken rule base fails before anyone waits
 
-    def report(facts: Facts, expired: bool) -> int:
+    def write_report(facts: Facts, expired: bool) -> int:
         if expired:
             print(f"diagnose cluster: the {args.timeout:g} s deadline passed; reporting what rank 0 has", file=sys.stderr, flush=True)
         return _write(facts, kb, fmt, args)
 
     try:
-        return run(options, report)
+        return run(options, write_report)
     except ClusterError as exc:
         print(f"diagnose cluster: {exc}", file=sys.stderr, flush=True)
         return Exit.FINDINGS

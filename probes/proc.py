@@ -38,7 +38,7 @@ def own_group() -> dict:
     """
     if os.name != "posix":
         return {}
-    if sys.version_info >= (3, 11):
+    if sys.version_info >= (3, 11):  # noqa: UP036 - requires-python still admits 3.10
         return {"process_group": 0}
     return {"start_new_session": True}  # 3.10 has no safe way to set only the group
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from probes.cluster import Identity, assemble, identity, node_key
+from probes.cluster.assemble import assemble
+from probes.cluster.identity import Identity, identity, node_key
 from probes.facts import Env, Facts
 
 ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",

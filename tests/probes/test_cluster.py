@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from probes.cluster import Identity, LaunchError, assemble, expand_hostlist, expected_nodes, identity, planted_hang
+from probes.cluster.assemble import assemble
+from probes.cluster.identity import Identity, LaunchError, expand_hostlist, expected_nodes, identity, planted_hang
 from probes.facts import Cluster, ClusterNode, Env, Facts, Gpus, Launcher, TorchBuild
 
 TORCHRUN = {

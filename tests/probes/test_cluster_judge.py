@@ -3,7 +3,8 @@ the same MicroTest on both paths, and the facts rules read (error_kind) exist on
 
 from __future__ import annotations
 
-from probes.cluster import Identity, assemble
+from probes.cluster.assemble import assemble
+from probes.cluster.identity import Identity
 from probes.microtests.channel import RankReport
 from probes.microtests.runner import Run, judge_run
 from probes.microtests.watchdog import Ended, Watched
