@@ -17,9 +17,18 @@ from diagnose.kb import load_kb
 from diagnose.rules import AnyCheck, FactCheck
 from probes.facts import Facts
 from probes.offline import offline_facts
-from tests.zoo.test_zoo import GPU_OR_NCCL_ONLY
 
 KB = load_kb()
+
+# Causes that need a GPU or NCCL: none of them may be ranked on a CPU job that ran on gloo (the
+# zoo asserts it on real jobs); exactly these rules are gated on the facts.
+GPU_OR_NCCL_ONLY = (
+    "nccl.", "cuda.", "devices.", "oom.cuda-one-rank", "oom.resume-checkpoint-copy", "ddp.checkpoint-on-gpu0",
+    "ddp.lightning-non-consecutive-gpus", "env.driver-too-old", "env.gpu-arch-unsupported", "env.mixed-gpu-models",
+    "env.no-nccl-windows", "env.cudnn-mismatch", "env.cpu-only-torch", "sync.watchdog-disabled", "startup.staggered-init-hang",
+    "hardware.gpu-fault", "launch.mpirun-local-rank", "cluster.nccl-env-mismatch", "cluster.driver-mismatch",
+    "cluster.gpu-model-mismatch", "cluster.tasks-vs-gpus",
+)
 NO_EVIDENCE = "none of its evidence was seen"
 
 # what a 2-rank gloo job on CPU printed when one rank stopped in a barrier and the other in an

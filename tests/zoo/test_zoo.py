@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.diagnose.test_gpu_gates import GPU_OR_NCCL_ONLY
 from tests.diagnose.test_supervise import leftovers
 
 pytest.importorskip("torch")
@@ -29,17 +30,6 @@ HANG_AFTER = "2"
 PY = [sys.executable]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 OLD_LAUNCH = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "2", "--master-port", "{port}"]
-
-# Causes that need a GPU or NCCL: none of them may be ranked on a CPU job that ran on gloo
-# (tests/diagnose/test_gpu_gates.py checks that exactly these rules are gated on the facts).
-GPU_OR_NCCL_ONLY = (
-    "nccl.", "cuda.", "devices.", "oom.cuda-one-rank", "oom.resume-checkpoint-copy", "ddp.checkpoint-on-gpu0",
-    "ddp.lightning-non-consecutive-gpus", "env.driver-too-old", "env.gpu-arch-unsupported", "env.mixed-gpu-models",
-    "env.no-nccl-windows", "env.cudnn-mismatch", "env.cpu-only-torch", "sync.watchdog-disabled", "startup.staggered-init-hang",
-    "hardware.gpu-fault", "launch.mpirun-local-rank", "cluster.nccl-env-mismatch", "cluster.driver-mismatch",
-    "cluster.gpu-model-mismatch", "cluster.tasks-vs-gpus",
-)
-
 
 @dataclass(frozen=True)
 class Job:
