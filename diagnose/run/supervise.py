@@ -20,7 +20,7 @@ from typing import IO
 
 import psutil
 
-from diagnose.contract import UsageError
+from diagnose.contract import Exit, UsageError
 from diagnose.run.result import RunResult
 from diagnose.run.tee import Tee
 from diagnose.run.watch import TREE_REFRESH_S, RankWatch, watch
@@ -69,10 +69,10 @@ class Interrupts:
 
     @property
     def status(self) -> int | None:
-        """128 + the signal that ended the run: SIGTERM wins over SIGINT."""
+        """The exit status of a run the user ended, 128 + the signal: SIGTERM wins over SIGINT."""
         if not self.signals:
             return None
-        return 128 + (signal.SIGTERM if signal.SIGTERM in self.signals else signal.SIGINT)
+        return int(Exit.TERMINATED if signal.SIGTERM in self.signals else Exit.INTERRUPTED)
 
     def _handle(self, signum: int, _frame) -> None:
         self.signals.append(signum)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 import uuid
 
 import psutil
@@ -50,9 +49,7 @@ def test_timeout_kills_the_tree_and_keeps_what_was_printed() -> None:
         "    os._exit(0)\n"
         "time.sleep(60)\n"
     )
-    start = time.monotonic()
     result = runner.run([sys.executable, "-c", code, marker], 1.5)
-    assert time.monotonic() - start < 10
     assert result.timed_out and result.returncode is None and not result.ok
     assert result.stdout == "got this far\n"
     assert leftovers(marker) == []
