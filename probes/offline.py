@@ -40,7 +40,9 @@ _LAUNCH = [
 ]
 _INT_ARGS = {
     "local_world_size": _linear(r"--nproc[_-]per[_-]node[= ]+(\d+)"),
-    "nnodes": _linear(r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)(?:[^\d:]|$)|\bnum_nodes\s*=\s*(\d+)"),
+    "nnodes": _linear(
+        r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)(?:[^\d:]|$)|\bnum_nodes\s*=\s*(\d+)|\b(?:NNODES|NUM_NODES|N_NODES)=(\d+)\b"
+    ),
     "node_rank": _linear(r"--node[_-]rank[= ]+(\d+)"),
     "master_port": _linear(r"--master[_-]port[= ]+(\d+)"),
     "world_size": _linear(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)|--num[_-]processes[= ]+(\d+)"),
