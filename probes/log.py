@@ -33,8 +33,16 @@ byte-order mark selects that codec), so mixed encodings and text in another enco
 or other control characters in more than 5% of its first 64 KiB, judged once there are
 256 characters; random or compressed bytes give about 10%) raises ``LogError`` with a
 one-line message naming the source; binary junk later in a text log is decoded with
-replacement characters. A line
-longer than ``MAX_LINE_CHARS`` is cut into pieces of that length.
+replacement characters. A line longer than ``MAX_LINE_CHARS`` bytes is cut into pieces.
+
+Cost: the reader works on blocks of ``BLOCK_BYTES`` of UTF-8 and decodes only the lines it
+looks at. One RE2 pass per block over the signatures' own patterns (plus the reader's state
+lines: tracebacks, torchrun's summary) finds the lines a signature can match; a second pass
+over the relevant words and the caller's ``keep`` literals finds the lines worth keeping,
+and once the first half of ``MAX_RETAINED`` is full only a block's last lines that can still
+be among the last half are looked at. Every line is examined as before; the passes only skip
+lines that cannot change the result (the prefilter matches whole lines, so a match that
+exists only in a line cut at ``EXAMINE_CHARS`` may be missed).
 
 Signature ids (rules reference them as ``{signature: ID}``; ids are stable, never reused).
 Named groups captured into ``Signature.data`` are listed in brackets.
@@ -140,13 +148,17 @@ import io
 import os
 import re
 import sys
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import re2
+
 from probes.env import redact_text
 from probes.facts import Log, LogLine, Signature
+from probes.patterns import engine
 from probes.signatures import Catalog, SignatureDef, shipped
 
 SHORT_LOG_LINES = 2000
@@ -161,7 +173,10 @@ MAX_LINE_CHARS = 64 * 1024
 KEPT_LINE_CHARS = 2000
 EXAMINE_CHARS = 4096  # signatures are searched in a line's first characters only
 EXCERPT_CHARS = 400
-BLOCK_BYTES = 1 << 20
+BLOCK_BYTES = 2 << 20
+# blocks held before their retention is settled, and the slice of a block looked at first
+RING_BYTES = 24 << 20
+SUFFIX_BYTES = 256 << 10
 
 
 class LogError(ValueError):
@@ -201,11 +216,17 @@ _RELEVANT_WORDS = (
 # Lines the reader needs for its own state, signature or not.
 _STATE_WORDS = ("traceback (most recent call last)", "local_rank", "root cause")
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+_RE2_OPTIONS.max_mem = 64 << 20  # the combined patterns' DFA; smaller budgets thrash
+
 
 class _Matcher:
-    """What the reader looks for in lowercased text: every literal of the catalog's signatures,
-    the relevant words, its own state words and the caller's ``keep`` literals (lines a rule's
-    log pattern may match), as one prefilter that finds candidate lines in whole blocks."""
+    """What the reader looks for. Per line (lowercased text): every literal of the catalog's
+    signatures, the relevant words, its own state words and the caller's ``keep`` literals
+    (lines a rule's log pattern may match). Per block (UTF-8 bytes): ``signature_finders``,
+    RE2 patterns that flag every line where a signature or the reader's state can change,
+    and ``relevant_finder``, the lines holding a relevant word or a ``keep`` literal."""
 
     def __init__(self, catalog: Catalog, keep: frozenset[str]):
         self.catalog = catalog
@@ -213,15 +234,17 @@ class _Matcher:
         literals = set(by_literal) | set(_RELEVANT_WORDS) | set(_STATE_WORDS) | keep
         relevant = set(_RELEVANT_WORDS) | keep
         words = tuple(sorted(literals))
-        self.block = re.compile(_alternation(words))
         # every literal starting at each position (a lookahead): overlapping literals all count
         self.each = re.compile("(?=(" + _alternation(words) + "))")
+        self.relevant = re.compile(_alternation(tuple(sorted(relevant))))
         # a literal found at a position also implies each shorter literal it starts with
         self.implied: dict[str, tuple[tuple[SignatureDef, ...], bool]] = {}
         for word in words:
             prefixes = [w for w in words if word.startswith(w)]
             sigs = tuple({s.id: s for w in prefixes for s in by_literal.get(w, ())}.values())
             self.implied[word] = (sigs, any(w in relevant for w in prefixes))
+        self.signature_finders = _signature_finders(catalog)
+        self.relevant_finder = _literal_finder(relevant)
 
     def candidates(self, lowered: str) -> tuple[list[SignatureDef], bool]:
         """The signatures a line may match, in catalog order, and whether it is relevant."""
@@ -234,6 +257,35 @@ class _Matcher:
                 found.setdefault(sig.id, sig)
         order = self.catalog.order
         return sorted(found.values(), key=lambda s: order[s.id]), relevant
+
+    def is_relevant(self, text: str) -> bool:
+        """Whether a line (as examined) holds a relevant word or a ``keep`` literal."""
+        return self.relevant.search(text[:EXAMINE_CHARS].lower()) is not None
+
+
+def _literal_finder(words: Iterable[str]) -> Any:
+    return re2.compile("(?i)" + "|".join(re2.escape(w) for w in sorted(words)), options=_RE2_OPTIONS)
+
+
+def _signature_finders(catalog: Catalog) -> tuple[Any, ...]:
+    """RE2 patterns over a block that flag a superset of the lines where a signature can match
+    or the reader's state changes. The signatures' own patterns, in two groups (the
+    case-insensitive ones together: mixed in one DFA they multiply its states); a pattern RE2
+    cannot run, or one anchored to the whole text, is found by its signature's literals."""
+    plain = [_TRACEBACK.pattern, _ROOT_CAUSE.pattern, _SUMMARY_RANK.pattern]
+    folded: list[str] = []
+    for sig in catalog.signatures.values():
+        for pattern in sig.patterns:
+            whole_text = any(anchor in pattern for anchor in ("\\A", "\\Z", "\\z"))
+            if not whole_text and engine(pattern) == "re2":
+                (folded if "(?i)" in pattern else plain).append(pattern)
+            else:
+                folded.extend(re2.escape(literal) for literal in sig.literals)
+    return tuple(
+        re2.compile("(?m)" + "|".join(f"(?:{p})" for p in group), options=_RE2_OPTIONS)
+        for group in (plain, ["(?i)(?:" + "|".join(folded) + ")"] if folded else [])
+        if group
+    )
 
 
 @functools.cache
@@ -270,6 +322,87 @@ def _displayed(line: str) -> str:
     return parts[-1] if parts else ""
 
 
+class _Block:
+    """One block of complete lines (UTF-8, joined by newlines, no trailing newline), with the
+    lines looked at so far by index -> (start, end) byte offsets."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.count = data.count(b"\n") + 1
+        self.spans: dict[int, tuple[int, int]] = {}
+
+    def _end(self, start: int) -> int:
+        end = self.data.find(b"\n", start)
+        return len(self.data) if end == -1 else end
+
+    def add(self, index: int, start: int) -> None:
+        if index not in self.spans:
+            self.spans[index] = (start, self._end(start))
+
+    def span(self, index: int) -> tuple[int, int]:
+        """Offsets of a line near one already looked at (context lines are a few steps away)."""
+        spans = self.spans
+        if index not in spans:
+            for step in range(1, CONTEXT + 2):
+                if index - step in spans:  # walk forward from a known line
+                    start = spans[index - step][1] + 1
+                    for i in range(index - step + 1, index + 1):
+                        self.add(i, start)
+                        start = spans[i][1] + 1
+                    break
+                if index + step in spans:  # walk back from a known line
+                    end = spans[index + step][0] - 1
+                    for i in range(index + step - 1, index - 1, -1):
+                        start = self.data.rfind(b"\n", 0, end) + 1
+                        spans[i] = (start, end)
+                        end = start - 1
+                    break
+            else:
+                self._locate(index)
+        return spans[index]
+
+    def _locate(self, index: int) -> None:
+        start = 0
+        for _ in range(index):
+            start = self.data.index(b"\n", start) + 1
+        self.add(index, start)
+
+    def text(self, index: int) -> str:
+        start, end = self.span(index)
+        return _displayed(self.data[start:end].decode("utf-8", errors="replace"))
+
+    def last_lines(self, count: int) -> list[int]:
+        """Indices of the block's last ``count`` lines, their offsets recorded."""
+        first = max(0, self.count - count)
+        end = len(self.data)
+        for i in range(self.count - 1, first - 1, -1):
+            start = self.data.rfind(b"\n", 0, end) + 1
+            self.spans.setdefault(i, (start, end))
+            end = start - 1
+        return list(range(first, self.count))
+
+    def find(self, finder: Any, start: int = 0, first_index: int = 0) -> list[int]:
+        """Indices of the lines, from the line starting at byte ``start`` (index ``first_index``),
+        where ``finder`` matches; each line once."""
+        data = self.data
+        found: list[int] = []
+        index, pos = first_index, start
+        search, count = finder.search, data.count
+        while True:
+            m = search(data, pos)
+            if m is None:
+                return found
+            at = m.start()
+            index += count(b"\n", pos, at)
+            line_start = data.rfind(b"\n", 0, at) + 1
+            self.add(index, line_start)
+            found.append(index)
+            pos = self.spans[index][1] + 1
+            if pos > len(data):
+                return found
+            index += 1
+
+
 @dataclass
 class _State:
     name: str
@@ -295,6 +428,8 @@ class _Reader:
     def __init__(self, name: str, matcher: _Matcher) -> None:
         self.s = _State(name)
         self.matcher = matcher
+        self.ring: list[_Pending] = []  # blocks whose retention waits for the blocks after them
+        self.ring_bytes = 0
 
     # --- per line ---------------------------------------------------------------------------
 
@@ -383,64 +518,135 @@ class _Reader:
 
     # --- per block --------------------------------------------------------------------------
 
-    def feed(self, block: str) -> None:
-        """Process a block of complete lines joined by newlines (no trailing newline)."""
+    def feed(self, data: bytes) -> None:
+        """Process a block of complete lines joined by newlines (no trailing newline). Until the
+        first half of the retained lines is full, a block is taken in slices and each slice's
+        retention settled at once; after that blocks wait in ``ring`` (see ``_flush``)."""
+        while len(self.s.first) < MAX_RETAINED // 2 and len(data) > SUFFIX_BYTES:
+            cut = data.find(b"\n", SUFFIX_BYTES)
+            if cut == -1:
+                break
+            self._feed(data[:cut])
+            self._flush()
+            data = data[cut + 1 :]
+        self._feed(data)
+        if len(self.s.first) < MAX_RETAINED // 2 or self.ring_bytes >= RING_BYTES:
+            self._flush()
+
+    def _feed(self, data: bytes) -> None:
         s = self.s
-        base = s.lines_read
-        lines = block.split("\n")
-        if "\r" in block:
-            lines = [_displayed(t) for t in lines]
-        n = len(lines)
+        block = _Block(data)
+        base, n = s.lines_read, block.count
         if base < SHORT_LOG_LINES:
+            start = 0
             for i in range(min(n, SHORT_LOG_LINES - base)):
-                rank, _ = self._rank(lines[i])
-                s.head.append(
-                    LogLine(no=base + i + 1, text=redact_text(lines[i][:KEPT_LINE_CHARS]), rank=rank, source=s.name)
-                )
-        keep: set[int] = set()
-        i = 0
-        for idx in _hits(block.lower(), self.matcher.block):
-            # lines continuing a traceback, or the context after a relevant line
-            while i < idx and (s.after_left > 0 or s.traceback_left > 0):
-                self._continue(i, lines, keep)
-                i += 1
-            if s.after_left > 0 or s.traceback_left > 0:
-                self._continue(idx, lines, keep)
-            if self._examine(base + idx + 1, lines[idx][:EXAMINE_CHARS]):
-                keep.update(range(max(0, idx - CONTEXT), idx + 1))
-                for no, text in s.before:
-                    if no > base + idx - CONTEXT:
-                        self._keep(no, text)
-                s.after_left = CONTEXT
-            if _TRACEBACK.search(lines[idx]):
-                s.traceback_left, s.traceback_started = TRACEBACK_LINES, False
-                keep.add(idx)
-            i = idx + 1
-        while i < n and (s.after_left > 0 or s.traceback_left > 0):
-            self._continue(i, lines, keep)
-            i += 1
-        for j in sorted(keep):
-            self._keep(base + j + 1, lines[j])
-        for j in range(max(0, n - CONTEXT), n):
-            s.before.append((base + j + 1, lines[j]))
-        for j in range(max(0, n - TAIL_LINES), n):
-            s.tail.append((base + j + 1, lines[j]))
+                block.add(i, start)
+                text = block.text(i)
+                rank, _ = self._rank(text)
+                s.head.append(LogLine(no=base + i + 1, text=redact_text(text[:KEPT_LINE_CHARS]), rank=rank, source=s.name))
+                start = block.spans[i][1] + 1
+        relevant, traceback = self._signatures(block, base)
+        self.ring.append(_Pending(block, base, {base + i + 1 for i in relevant}, {base + i + 1 for i in traceback}))
+        self.ring_bytes += len(data)
+        for j in block.last_lines(TAIL_LINES):
+            s.tail.append((base + j + 1, block.text(j)))
         s.lines_read = base + n
 
-    def _continue(self, i: int, lines: list[str], keep: set[int]) -> None:
+    def _signatures(self, block: _Block, base: int) -> tuple[set[int], set[int]]:
+        """Examine the lines where a signature or the reader's state can change, in order, and
+        follow tracebacks; returns the indices of the relevant lines and of traceback lines."""
         s = self.s
-        keep.add(i)
-        if s.after_left > 0:
-            s.after_left -= 1
-        if s.traceback_left > 0:
-            body = _STRIP_PREFIX.sub("", lines[i], count=1)
-            s.traceback_left -= 1
-            if body[:1] in (" ", "\t") or body.startswith("Traceback"):
-                s.traceback_started = True
-            elif s.traceback_started and body.strip():
-                s.traceback_left = 0  # the exception line closes the traceback
+        flagged = sorted({i for finder in self.matcher.signature_finders for i in block.find(finder, 0, 0)} | _carriage_lines(block))
+        relevant: set[int] = set()
+        traceback: set[int] = set()
+        i = 0
+        for idx in flagged:
+            while s.traceback_left > 0 and i < idx:
+                self._follow(block.text(i), traceback, i)
+                i += 1
+            text = block.text(idx)
+            if s.traceback_left > 0:
+                self._follow(text, traceback, idx)
+            if self._examine(base + idx + 1, text[:EXAMINE_CHARS]):
+                relevant.add(idx)
+            if _TRACEBACK.search(text):
+                s.traceback_left, s.traceback_started = TRACEBACK_LINES, False
+                traceback.add(idx)
+            i = idx + 1
+        while s.traceback_left > 0 and i < block.count:
+            if i not in block.spans:
+                block.add(i, block.spans[i - 1][1] + 1 if i else 0)
+            self._follow(block.text(i), traceback, i)
+            i += 1
+        return relevant, traceback
+
+    def _follow(self, text: str, traceback: set[int], index: int) -> None:
+        """One line inside a traceback: kept; the exception line closes it."""
+        s = self.s
+        traceback.add(index)
+        body = _STRIP_PREFIX.sub("", text, count=1)
+        s.traceback_left -= 1
+        if body[:1] in (" ", "\t") or body.startswith("Traceback"):
+            s.traceback_started = True
+        elif s.traceback_started and body.strip():
+            s.traceback_left = 0
+
+    def _flush(self) -> None:
+        """Settle which lines of the waiting blocks are kept: each relevant line with CONTEXT
+        lines either side, and the tracebacks. Once the first half of the retained lines is
+        full only the last ``MAX_RETAINED // 2`` kept lines matter, so relevant lines are
+        looked for from the newest block back, only as far as that many kept lines reach: in
+        a log where most lines are relevant, most lines are never looked at."""
+        s, ring = self.s, self.ring
+        if not ring:
+            return
+        self.ring, self.ring_bytes = [], 0
+        low, high = ring[0].base + 1, ring[-1].base + ring[-1].block.count  # line numbers
+        need = MAX_RETAINED // 2 if len(s.first) >= MAX_RETAINED // 2 else None
+        relevant: set[int] = set()
+        traceback: set[int] = set()
+        for p in ring:
+            relevant |= p.relevant
+            traceback |= p.traceback
+        scanned = high + 1  # relevant lines are all known from this line number on
+        for p in reversed(ring):
+            size = SUFFIX_BYTES if need else len(p.block.data)
+            while scanned > p.base + 1:
+                start = max(0, len(p.block.data) - size)
+                start = p.block.data.find(b"\n", start - 1) + 1 if start else 0
+                index = p.block.data.count(b"\n", 0, start)
+                relevant.update(p.base + i + 1 for i in self._relevant_from(p.block, start, index))
+                scanned = p.base + index + 1
+                if need and _count_kept(relevant, traceback, scanned + CONTEXT, high) >= need:
+                    break
+                size *= 2
+            if need and _count_kept(relevant, traceback, scanned + CONTEXT, high) >= need:
+                break
+        exact = scanned + CONTEXT if scanned > low else low  # context from unread lines stops here
+        kept = _kept(relevant, traceback, exact, high)
+        kept.update(range(low, min(high, low + s.after_left - 1) + 1))  # owed by the lines before
+        if exact == low:
+            for r in sorted(r for r in relevant if r < low + CONTEXT):  # context in the lines before
+                for no, text in s.before:
+                    if no >= r - CONTEXT:
+                        self._keep(no, text)
+        text = _LineTexts(ring)
+        for no in sorted(no for no in kept if no >= exact):
+            self._keep(no, text(no))
+        last = max((r for r in relevant if r > high - CONTEXT), default=None)
+        s.after_left = max(0, last + CONTEXT - high) if last is not None else max(0, s.after_left - (high - low + 1))
+        s.before.extend((no, text(no)) for no in range(max(low, high - CONTEXT + 1), high + 1))
+
+    def _relevant_from(self, block: _Block, start: int, first_index: int) -> list[int]:
+        """Indices of the lines, from byte ``start``, that hold a relevant word or keep literal."""
+        return [
+            i
+            for i in block.find(self.matcher.relevant_finder, start, first_index)
+            if self.matcher.is_relevant(block.text(i))
+        ]
 
     def finish(self) -> Log:
+        self._flush()
         s = self.s
         if s.lines_read <= SHORT_LOG_LINES:
             lines = s.head
@@ -454,26 +660,57 @@ class _Reader:
         return Log(source="log", sources=[s.name], lines_read=s.lines_read, lines=lines, signatures=s.signatures)
 
 
-def _hits(block: str, prefilter: re.Pattern[str]) -> list[int]:
-    """Indices of the lines the prefilter flags, found by scanning the block, one hit a line."""
-    hits: list[int] = []
-    line = 0
-    pos = 0
-    search = prefilter.search
-    count = block.count
-    find = block.find
-    while True:
-        m = search(block, pos)
-        if m is None:
-            return hits
-        start = m.start()
-        line += count("\n", pos, start)
-        hits.append(line)
-        end = find("\n", start)
-        if end == -1:
-            return hits
-        line += 1
-        pos = end + 1
+@dataclass
+class _Pending:
+    """A block read and examined whose retention is not settled yet (line numbers, 1-based)."""
+
+    block: _Block
+    base: int
+    relevant: set[int]
+    traceback: set[int]
+
+
+def _kept(relevant: set[int], traceback: set[int], low: int, high: int) -> set[int]:
+    """Line numbers in [low, high] kept: each relevant line with CONTEXT lines either side, and
+    the traceback lines."""
+    kept = {no for no in traceback if low <= no <= high}
+    for r in relevant:
+        if r + CONTEXT >= low and r - CONTEXT <= high:
+            kept.update(range(max(low, r - CONTEXT), min(high, r + CONTEXT) + 1))
+    return kept
+
+
+def _count_kept(relevant: set[int], traceback: set[int], low: int, high: int) -> int:
+    return len(_kept(relevant, traceback, low, high))
+
+
+class _LineTexts:
+    """The displayed text of a line of the waiting blocks, by its number."""
+
+    def __init__(self, ring: list[_Pending]) -> None:
+        self.ring = ring
+        self.bases = [p.base for p in ring]
+
+    def __call__(self, no: int) -> str:
+        p = self.ring[bisect_right(self.bases, no - 1) - 1]
+        return p.block.text(no - p.base - 1)
+
+
+def _carriage_lines(block: _Block) -> set[int]:
+    """Lines holding a carriage return: what they display is their last segment, which the
+    block-wide patterns (anchored at line starts and ends) do not see, so each is examined."""
+    data = block.data
+    found: set[int] = set()
+    at = data.find(b"\r")
+    index, pos = 0, 0
+    while at != -1:
+        index += data.count(b"\n", pos, at)
+        block.add(index, data.rfind(b"\n", 0, at) + 1)
+        found.add(index)
+        pos = block.spans[index][1] + 1
+        index += 1
+        at = data.find(b"\r", pos)
+    return found
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -481,33 +718,10 @@ def _hits(block: str, prefilter: re.Pattern[str]) -> list[int]:
 _BINARY_SAMPLE = 64 * 1024
 _BINARY_SHARE = 0.05
 _BINARY_MIN = 256
+_VALIDATE_BYTES = 256 << 10
 # C0 controls other than whitespace and ESC (ANSI colours). Replacement characters do not
 # count: they mean another encoding (GBK, latin-1), whose ASCII parts still read fine.
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
-
-
-def _decoder_for(first: bytes) -> codecs.IncrementalDecoder:
-    if first.startswith(codecs.BOM_UTF8):
-        return codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return codecs.getincrementaldecoder("utf-16")(errors="replace")
-    return codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-
-def _decode(chunks: Iterator[bytes]) -> Iterator[str]:
-    decoder = None
-    for chunk in chunks:
-        if decoder is None:
-            if not chunk:
-                continue
-            decoder = _decoder_for(chunk)
-        text = decoder.decode(chunk)
-        if text:
-            yield text
-    if decoder is not None:
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            yield tail
 
 
 def _read_chunks(f: IO[Any]) -> Iterator[str | bytes]:
@@ -538,39 +752,49 @@ def _iter_items(items: Iterable[Any]) -> Iterator[str | bytes]:
         yield "".join(batch)
 
 
-def _texts(source: Any, name: str) -> Iterator[str]:
-    """Decoded text pieces of any supported source, in order."""
+def _utf8(pieces: Iterator[str | bytes]) -> Iterator[bytes]:
+    """UTF-8 bytes of any pieces: text encoded; bytes as they are, unless a byte-order mark
+    names UTF-16 (re-encoded) or UTF-8 (dropped)."""
+    first = next(pieces, None)
+    while first is not None and not first:
+        first = next(pieces, None)
+    if first is None:
+        return
+    if isinstance(first, str):
+        yield first.encode("utf-8", errors="surrogatepass")
+        for piece in pieces:
+            yield piece.encode("utf-8", errors="surrogatepass") if isinstance(piece, str) else bytes(piece)
+        return
+    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        yield decoder.decode(first).encode("utf-8", errors="surrogatepass")
+        for piece in pieces:
+            yield decoder.decode(piece).encode("utf-8", errors="surrogatepass")
+        yield decoder.decode(b"", final=True).encode("utf-8", errors="surrogatepass")
+        return
+    yield first[len(codecs.BOM_UTF8):] if first.startswith(codecs.BOM_UTF8) else first
+    for piece in pieces:
+        yield piece if isinstance(piece, bytes) else str(piece).encode("utf-8", errors="replace")
+
+
+def _pieces(source: Any, name: str) -> Iterator[bytes]:
+    """UTF-8 pieces of any supported source, in order."""
     if isinstance(source, (str, os.PathLike)):
         if str(source) == "-":
-            yield from _texts(sys.stdin.buffer, name)
+            yield from _pieces(sys.stdin.buffer, name)
             return
         try:
             with open(source, "rb") as f:
-                yield from _decode(_read_chunks(f))
+                yield from _utf8(_read_chunks(f))
         except OSError as exc:
             raise LogError(f"{name}: cannot read: {exc.strerror or exc}") from None
         return
     if hasattr(source, "read"):
-        raw = _read_chunks(source)
+        yield from _utf8(_read_chunks(source))
     elif isinstance(source, Iterable):
-        raw = _iter_items(source)
+        yield from _utf8(_iter_items(source))
     else:
         raise LogError(f"{name}: not a log: a {type(source).__name__}")
-    first = next(raw, None)
-    if first is None:
-        return
-    if isinstance(first, str):
-        yield first
-        for piece in raw:
-            yield piece if isinstance(piece, str) else piece.decode("utf-8", errors="replace")
-    else:
-        yield from _decode(_chain(first, raw))
-
-
-def _chain(first: Any, rest: Iterator[Any]) -> Iterator[bytes]:
-    yield first
-    for piece in rest:
-        yield piece if isinstance(piece, bytes) else str(piece).encode("utf-8", errors="replace")
 
 
 def _check_text(sample: str, name: str) -> None:
@@ -581,38 +805,64 @@ def _check_text(sample: str, name: str) -> None:
         raise LogError(f"{name}: not a text log ({bad} of its first {len(sample)} characters are binary)")
 
 
-def _checked(texts: Iterator[str], name: str) -> Iterator[str]:
-    """The texts, once their start has been found to be text rather than binary."""
-    sample: list[str] = []
+def _checked(pieces: Iterator[bytes], name: str) -> Iterator[bytes]:
+    """The pieces, once their start has been found to be text rather than binary."""
+    sample: list[bytes] = []
     got = 0
-    for text in texts:
-        sample.append(text)
-        got += len(text)
-        if got >= _BINARY_SAMPLE:
+    for piece in pieces:
+        sample.append(piece)
+        got += len(piece)
+        if got >= 4 * _BINARY_SAMPLE:  # enough bytes for the first _BINARY_SAMPLE characters
             break
-    head = "".join(sample)
-    _check_text(head[:_BINARY_SAMPLE], name)
+    head = b"".join(sample)
+    _check_text(head.decode("utf-8", errors="replace")[:_BINARY_SAMPLE], name)
     if head:
         yield head
-    yield from texts
+    yield from pieces
 
 
-def _blocks(texts: Iterator[str], name: str) -> Iterator[str]:
+def _valid(data: bytes) -> bytes:
+    """The block as valid UTF-8 (invalid bytes as replacement characters): RE2 reads UTF-8, and
+    its classes would not match an invalid byte that the decoded line shows as U+FFFD."""
+    if data.isascii():
+        return data
+    start = 0
+    while start < len(data):  # in slices ending at a newline: a decoded copy of a slice at a time
+        end = data.find(b"\n", start + _VALIDATE_BYTES)
+        end = len(data) if end == -1 else end
+        try:
+            data[start:end].decode("utf-8")
+        except UnicodeDecodeError:
+            return data.decode("utf-8", errors="replace").encode("utf-8", errors="surrogatepass")
+        start = end
+    return data
+
+
+def _cut(data: bytes) -> int:
+    """Where to cut a line too long to keep whole: MAX_LINE_CHARS bytes, back to a character start."""
+    at = MAX_LINE_CHARS
+    while at > 0 and data[at] & 0xC0 == 0x80:
+        at -= 1
+    return at or MAX_LINE_CHARS
+
+
+def _blocks(pieces: Iterator[bytes], name: str) -> Iterator[bytes]:
     """Blocks of complete lines joined by newlines; a line longer than MAX_LINE_CHARS is cut."""
-    pending = ""
-    for text in _checked(texts, name):
-        data = pending + text if pending else text
-        cut = data.rfind("\n")
+    pending = b""
+    for piece in _checked(pieces, name):
+        data = pending + piece if pending else piece
+        cut = data.rfind(b"\n")
         if cut == -1:
             pending = data
         else:
-            yield data[:cut]
+            yield _valid(data[:cut])
             pending = data[cut + 1 :]
         while len(pending) > MAX_LINE_CHARS:
-            yield pending[:MAX_LINE_CHARS]
-            pending = pending[MAX_LINE_CHARS:]
+            at = _cut(pending)
+            yield _valid(pending[:at])
+            pending = pending[at:]
     if pending:
-        yield pending
+        yield _valid(pending)
 
 
 def read_log(source: Any, name: str = "log", keep: Iterable[str] = ()) -> Log:
@@ -621,7 +871,7 @@ def read_log(source: Any, name: str = "log", keep: Iterable[str] = ()) -> Log:
     binary input. ``keep``: lowercase literals whose lines a long log retains too (the
     literals of the rules' log patterns, so a rule fires the same on a short and a long log)."""
     reader = _Reader(name, _matcher(frozenset(k.lower() for k in keep)))
-    for block in _blocks(_texts(source, name), name):
+    for block in _blocks(_pieces(source, name), name):
         reader.feed(block)
     return reader.finish()
 

@@ -263,3 +263,27 @@ def test_credentials_never_reach_the_facts():
     dumped = log.model_dump_json()
     assert token not in dumped and "<redacted>" in dumped
     assert "python_exception" in log.signature_ids
+
+
+def test_retention_does_not_depend_on_block_sizes(monkeypatch):
+    """Kept lines are settled per block, newest block first once the first half is full: read
+    in tiny blocks, a long log where most lines are relevant keeps exactly what one block does."""
+    lines = []
+    for i in range(40_000):
+        if i % 997 == 0:
+            lines += [f"[rank{i % 4}]:Traceback (most recent call last):", f'[rank{i % 4}]:  File "t.py", line {i}',
+                      f"[rank{i % 4}]:RuntimeError: CUDA error: out of memory {i}"]
+        elif i % 7 == 0:
+            lines.append(f"Epoch 1: {i}it [00:10, loss=0.{i}]\r")
+        elif i % 3 == 0:
+            lines.append(f"step {i} nothing to see")
+        else:
+            lines.append(f"[rank{i % 4}]: warn {i}")
+    text = "\n".join(lines)
+    whole = log_from_text(text, keep=["loss="])
+    monkeypatch.setattr(logmod, "BLOCK_BYTES", 5000)
+    monkeypatch.setattr(logmod, "SUFFIX_BYTES", 1000)
+    monkeypatch.setattr(logmod, "RING_BYTES", 40_000)
+    small = log_from_text(text, keep=["loss="])
+    assert small == whole
+    assert len(whole.lines) >= logmod.MAX_RETAINED  # the selection is full: the ring was exercised
