@@ -292,8 +292,9 @@ def _rank_key(finding: Finding) -> tuple:
 
 
 def _explains(rule: Rule, symptom: str) -> bool:
-    """A rule explains an observed symptom it names, or a vaguer one ("hang" for "hang.init")."""
-    return any(e == symptom or e.startswith(symptom + ".") for e in rule.explains)
+    """A rule explains an observed symptom it names, one the symptom refines ("hang" for
+    "hang.init") or, for a vague observation, a refinement of it ("hang.init" for "hang")."""
+    return any(e == symptom or e.startswith(symptom + ".") or symptom.startswith(e + ".") for e in rule.explains)
 
 
 def evaluate(facts: Facts, kb: KB) -> Report:

@@ -8,8 +8,12 @@ a pure function of the facts, so a saved snapshot shows the same symptoms when r
 
 from __future__ import annotations
 
-from probes.facts import Facts
+from typing import TYPE_CHECKING
+
 from probes.signatures import shipped
+
+if TYPE_CHECKING:  # Facts derives its symptoms from here: a type only, no import cycle
+    from probes.facts import Facts
 
 # where a hung rank waits (probes.hang's waiting_in) -> the symptom: before training starts,
 # or in a collective
@@ -43,4 +47,26 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         test = getattr(facts.microtests, name)
         if test is not None and test.status == "timed_out":
             add(symptom, f"micro-test {name} timed out")
-    return seen
+    return _most_specific(seen)
+
+
+def _most_specific(seen: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Drop a symptom a more specific observed one refines ("timeout" once "timeout.collective"
+    is seen), handing its sources on: the vaguer one would make candidates of causes the
+    specific one already excludes (a rendezvous failure for a collective that timed out)."""
+    out: dict[str, list[str]] = {}
+    for symptom, sources in seen.items():
+        finer = [s for s in seen if s.startswith(symptom + ".")]
+        if not finer:
+            out.setdefault(symptom, [])
+            out[symptom].extend(x for x in sources if x not in out[symptom])
+            continue
+        for s in finer:
+            if not any(s2.startswith(s + ".") for s2 in seen):
+                target = out.setdefault(s, [])
+                target.extend(x for x in sources if x not in target)
+    for symptom in out:
+        for x in seen.get(symptom, []):
+            if x not in out[symptom]:
+                out[symptom].append(x)
+    return out
