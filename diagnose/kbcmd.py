@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import yaml
 
+from diagnose import kblint
 from diagnose.contract import Exit, UsageError
 from diagnose.kb import KBError, load_kb
+from diagnose.rules import Rule
 
 
 def lint(args: argparse.Namespace) -> int:
@@ -20,8 +23,7 @@ def lint(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         print(f"diagnose: error: {len(exc.problems)} problem(s) in the rule base", file=sys.stderr)
         return Exit.USAGE
-    print(f"{len(kb.rules)} rules OK")
-    return Exit.OK
+    return kblint.report(kb)
 
 
 def list(args: argparse.Namespace) -> int:  # noqa: A001 - the subcommand's name
@@ -99,8 +101,8 @@ def new(args: argparse.Namespace) -> int:
     from diagnose import __version__
 
     parts = args.id.split(".")
-    if len(parts) < 2 or not all(parts):
-        raise UsageError(f"'{args.id}' is not AREA.NAME")
+    if not re.fullmatch(Rule.model_fields["id"].metadata[0].pattern, args.id):
+        raise UsageError(f"'{args.id}' is not AREA.NAME in lower case letters, digits and dashes (e.g. nccl.p2p-broken)")
     path = Path(args.dir, *parts[:-1], parts[-1] + ".yaml")
     if path.exists():
         raise UsageError(f"{path}: already exists")

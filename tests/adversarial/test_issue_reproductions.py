@@ -79,9 +79,6 @@ def test_sigterm_during_the_microtests_removes_their_folders_and_exits_143(tmp_p
     assert list(tmp_path.glob("diagnose-microtest-*")) == []
 
 
-@pytest.mark.xfail(strict=True, reason="`kb new Area.Name` writes kb/Area/Name.yaml, whose id the loader rejects "
-                   "(ids are lower case); diagnose/kbcmd.py new() should check the id with the loader's pattern and "
-                   "exit 2 with one line")
 def test_kb_new_with_a_capitalised_id_gives_a_rule_that_loads_or_one_line(tmp_path: Path) -> None:
     proc = diagnose("kb", "new", "Area.Name", "--dir", str(tmp_path), timeout=60)
     if proc.returncode == 0:
