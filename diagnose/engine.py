@@ -47,6 +47,8 @@ EXCERPTS = 3
 PRIOR_WEIGHT = 2.0
 # candidates shown for the observed symptoms without evidence of their own, most common first
 MAX_CANDIDATES = 5
+# how a rule that raised while evaluated is reported (among the rules not checked)
+RULE_ERROR = "internal.rule-error"
 
 
 @dataclass
@@ -61,6 +63,11 @@ class _Context:
         if path not in self.paths:
             self.paths[path] = lookup(self.facts, path)
         return self.paths[path]
+
+    @cached_property
+    def render(self) -> dict[str, Any]:
+        """What fix templates see; built once, for the first rule that becomes a finding."""
+        return render_context(self.facts)
 
     @cached_property
     def log_text(self) -> str | None:
@@ -297,6 +304,52 @@ def _explains(rule: Rule, symptom: str) -> bool:
     return any(e == symptom or e.startswith(symptom + ".") or symptom.startswith(e + ".") for e in rule.explains)
 
 
+def _judge(rule: Rule, ctx: _Context, observed: dict[str, list[str]]) -> tuple[str, Any]:
+    """One rule over the facts: which list of the report it joins, and its entry there."""
+    gate = [(check, _evaluate(check, ctx)) for check in rule.when]
+    failed = next((c for c, r in gate if r.state == NOT_FIRED), None)
+    if failed is not None:
+        kind, what, expected = failed.display
+        return "ruled_out", _outcome(rule, f"{what} is not {expected}")
+    gate_unknown = [c for c, r in gate if r.state == UNKNOWN]
+    results, unknown, score, fired = [], [], 0.0, False
+    for check in rule.evidence:  # one pass: this loop is the engine's hot path
+        result = _EVALUATORS[type(check)](check, ctx)
+        results.append((check, result))
+        if result.state == FIRED:
+            score += check.weight
+            fired = fired or check.weight > 0
+        elif result.state == UNKNOWN and check.weight > 0:
+            unknown.append(check)
+    score = round(score, 3)
+    explained = [s for s in observed if _explains(rule, s)]
+    decisive = fired and score >= rule.min_score
+    if decisive or (explained and score >= 0):
+        total = round(score + (PRIOR_WEIGHT * rule.prior if explained else 0.0), 3)
+        finding = Finding(
+            id=rule.id,
+            title=rule.title,
+            severity=rule.severity,
+            score=total,
+            confidence=_confidence(total, bool(gate_unknown)) if decisive else "low",
+            basis="evidence" if decisive else "symptom",
+            explains=explained,
+            check=rule.check,
+            explain=rule.explain.strip(),
+            evidence=[_item(c, r) for c, r in results],
+            gate=[_item(c, r) for c, r in gate],
+            missing=_needs(gate_unknown + unknown),
+            fixes=render_fixes(rule, ctx.render),
+            references=list(rule.references),
+        )
+        return ("findings" if decisive else "candidates"), finding
+    if not unknown:
+        return "ruled_out", _outcome(rule, "none of its evidence was seen")
+    if rule.when and not gate_unknown:
+        return "possible", _outcome(rule, "its conditions hold; its evidence could not be checked", _needs(unknown))
+    return "not_checked", _outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown))
+
+
 def evaluate(facts: Facts, kb: KB) -> Report:
     ctx = _Context(facts)
     observed = observe(facts)
@@ -305,55 +358,19 @@ def evaluate(facts: Facts, kb: KB) -> Report:
     possible: list[RuleOutcome] = []
     not_checked: list[RuleOutcome] = []
     ruled_out: list[RuleOutcome] = []
-    context: dict[str, Any] | None = None
 
+    buckets: dict[str, list] = {
+        "findings": findings, "candidates": candidates, "possible": possible,
+        "not_checked": not_checked, "ruled_out": ruled_out,
+    }  # fmt: skip
     for rule in kb.rules:
-        gate = [(check, _evaluate(check, ctx)) for check in rule.when]
-        failed = next((c for c, r in gate if r.state == NOT_FIRED), None)
-        if failed is not None:
-            kind, what, expected = failed.display
-            ruled_out.append(_outcome(rule, f"{what} is not {expected}"))
-            continue
-        gate_unknown = [c for c, r in gate if r.state == UNKNOWN]
-        results, unknown, score, fired = [], [], 0.0, False
-        for check in rule.evidence:  # one pass: this loop is the engine's hot path
-            result = _EVALUATORS[type(check)](check, ctx)
-            results.append((check, result))
-            if result.state == FIRED:
-                score += check.weight
-                fired = fired or check.weight > 0
-            elif result.state == UNKNOWN and check.weight > 0:
-                unknown.append(check)
-        score = round(score, 3)
-        explained = [s for s in observed if _explains(rule, s)]
-        decisive = fired and score >= rule.min_score
-        if decisive or (explained and score >= 0):
-            if context is None:
-                context = render_context(facts)
-            total = round(score + (PRIOR_WEIGHT * rule.prior if explained else 0.0), 3)
-            finding = Finding(
-                id=rule.id,
-                title=rule.title,
-                severity=rule.severity,
-                score=total,
-                confidence=_confidence(total, bool(gate_unknown)) if decisive else "low",
-                basis="evidence" if decisive else "symptom",
-                explains=explained,
-                check=rule.check,
-                explain=rule.explain.strip(),
-                evidence=[_item(c, r) for c, r in results],
-                gate=[_item(c, r) for c, r in gate],
-                missing=_needs(gate_unknown + unknown),
-                fixes=render_fixes(rule, context),
-                references=list(rule.references),
-            )
-            (findings if decisive else candidates).append(finding)
-        elif not unknown:
-            ruled_out.append(_outcome(rule, "none of its evidence was seen"))
-        elif rule.when and not gate_unknown:
-            possible.append(_outcome(rule, "its conditions hold; its evidence could not be checked", _needs(unknown)))
-        else:
-            not_checked.append(_outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown)))
+        try:
+            bucket, entry = _judge(rule, ctx, observed)
+        except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the diagnosis
+            where = kb.files.get(rule.id, "(no file)")
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            bucket, entry = "not_checked", _outcome(rule, f"{RULE_ERROR}: {where}: {why}")
+        buckets[bucket].append(entry)
 
     candidates.sort(key=_rank_key)
     findings.sort(key=_rank_key)

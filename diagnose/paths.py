@@ -135,3 +135,28 @@ def lookup_in(node: Any, parts: list[str]) -> tuple[bool, Any]:
         if node is None:
             return False, None
     return True, node
+
+
+@functools.cache
+def value_type(path: str) -> tuple[Any, bool] | None:
+    """(the type of the value a checked path names, whether it is a list of them), or None
+    where the model does not say (a derived fact, a value under a dict of mixed types).
+    A keyed section's values are strings (``env.RANK``, ``packages.torch``)."""
+    model: type[BaseModel] = Facts
+    is_list = False
+    for part in path.split("."):
+        if part in getattr(model, "derived", ()):
+            return None
+        if issubclass(model, KeyedSection):
+            return str, is_list
+        field = model.model_fields[part]
+        tp, crossed = _unwrap(field.annotation)
+        is_list = is_list or crossed
+        if typing.get_origin(tp) is dict:
+            value, _ = _unwrap(typing.get_args(tp)[1])
+            return (None if typing.get_origin(value) in (typing.Union, types.UnionType) else (value, is_list))
+        if _is_model(tp):
+            model = tp
+            continue
+        return tp, is_list
+    return None

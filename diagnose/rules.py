@@ -8,6 +8,7 @@ a rule that loads is a rule that can run.
 from __future__ import annotations
 
 import re
+import typing
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -24,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from diagnose.paths import UnknownPath, check_path
+from diagnose.paths import UnknownPath, check_path, value_type
 from diagnose.templates import TEMPLATES
 from probes.prefilter import required_literals
 
@@ -110,6 +111,29 @@ class FactCheck(_Check):
             )
         return self
 
+    @model_validator(mode="after")
+    def _operand_fits(self) -> FactCheck:
+        """An operand the fact's type can never hold is a rule that can never fire (or one that
+        raises when it runs): a load error."""
+        known = value_type(self.fact)
+        if known is None:
+            return self
+        tp, is_list = known
+        kind = _value_kind(tp)
+        op, operand = self.op, self.operand
+        if op in ("eq", "ne", "in", "not_in") or (op == "contains" and is_list):
+            for value in operand if op in ("in", "not_in") else [operand]:
+                problem = _mismatch(kind, tp, value)
+                if problem:
+                    raise ValueError(f"{op}: {problem} ({self.fact} holds {_kind_name(kind, tp)})")
+        elif op in ("lt", "le", "gt", "ge") and kind not in ("number", "string"):
+            raise ValueError(f"{op}: a number operand against {self.fact}, which holds {_kind_name(kind, tp)}")
+        elif op == "contains" and not (kind == "string" and isinstance(operand, str)):
+            raise ValueError(f"contains: {self.fact} holds {_kind_name(kind, tp)}; contains takes a string found in a string fact or an element of a list fact")
+        elif op == "version" and kind != "string":
+            raise ValueError(f"version: {self.fact} holds {_kind_name(kind, tp)}, not a version")
+        return self
+
     @cached_property
     def op(self) -> str:
         return next(op for op in FACT_OPS if (op if op != "in" else "in_") in self.model_fields_set)
@@ -143,6 +167,38 @@ class FactCheck(_Check):
     @cached_property
     def need(self) -> str:
         return self.fact
+
+
+def _value_kind(tp: Any) -> str:
+    """What a fact's values are, as far as an operand goes: number, bool, string, choice or other."""
+    if typing.get_origin(tp) is Literal:
+        return "choice"
+    if tp is bool:
+        return "bool"
+    if tp in (int, float):
+        return "number"
+    if tp is str:
+        return "string"
+    return "other"
+
+
+def _kind_name(kind: str, tp: Any) -> str:
+    if kind == "choice":
+        return "one of " + ", ".join(map(str, typing.get_args(tp)))
+    return {"number": "a number", "bool": "true or false", "string": "text"}.get(kind, f"a {getattr(tp, '__name__', tp)}")
+
+
+def _mismatch(kind: str, tp: Any, value: Any) -> str | None:
+    """Why a fact of this kind can never equal ``value``, or None."""
+    if value is None:
+        return None
+    if kind == "choice" and value not in typing.get_args(tp):
+        return f"{value!r} is not a value it can take"
+    if kind in ("string", "choice") and not isinstance(value, str):
+        return f"a {type(value).__name__} operand against text"
+    if kind in ("number", "bool") and isinstance(value, str):
+        return "a text operand against a number"
+    return None
 
 
 class LogCheck(_Check):

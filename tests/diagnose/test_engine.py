@@ -188,3 +188,53 @@ def test_a_skipped_micro_test_is_not_evidence():
     r = rule(evidence=[{"microtest": "placement", "status": "failed"}])
     report = evaluate(Facts(microtests=MicroTests(placement=MicroTest(status="skipped", reason="no GPU"))), kb(r))
     assert report.not_checked[0].missing == ["microtests.placement"]
+
+
+RAISES = """\
+id: site.raises
+title: A site rule that raises when it runs
+severity: warning
+explains: [crash.nccl]
+evidence:
+  - {fact: torch.bundled_nccl, contains: 5}
+explain: The bundled NCCL is text; '5 in text' raises.
+fix:
+  - title: Fix the rule
+    snippet: x
+references: [https://example.org/1]
+examples:
+  - {expect: match}
+  - {expect: no-match}
+"""
+
+
+def test_a_rule_that_raises_is_reported_and_the_rest_goes_on(tmp_path):
+    path = tmp_path / "site" / "raises.yaml"
+    path.parent.mkdir()
+    path.write_text(RAISES, encoding="utf-8")
+    facts = load_snapshot(SNAPSHOTS / "devices_duplicate-gpu.json")
+    assert facts.torch.bundled_nccl, "the snapshot's torch has a bundled NCCL the rule looks at"
+    shipped = load_kb()
+    report = evaluate(facts, load_kb([tmp_path]))
+    errors = [o for o in report.not_checked if o.id == "site.raises"]
+    assert len(errors) == 1
+    assert errors[0].reason.startswith(f"internal.rule-error: {path}: TypeError: ")
+    assert "\n" not in errors[0].reason
+    assert [f.id for f in report.findings] == [f.id for f in evaluate(facts, shipped).findings]
+
+
+def test_a_raising_kb_rule_keeps_the_exit_code_of_the_findings(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "site" / "raises.yaml"
+    path.parent.mkdir()
+    path.write_text(RAISES, encoding="utf-8")
+    snapshot = str(SNAPSHOTS / "devices_duplicate-gpu.json")
+    argv = [sys.executable, "-m", "diagnose", "--from", snapshot, "--json"]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*argv, "--kb", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == plain.returncode != 3, proc.stderr
+    reasons = [o["reason"] for o in json.loads(proc.stdout)["not_checked"] if o["id"] == "site.raises"]
+    assert reasons and reasons[0].startswith("internal.rule-error: ")

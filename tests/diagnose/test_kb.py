@@ -121,3 +121,29 @@ def test_every_shipped_rule_explains_a_symptom():
     from diagnose.kb import load_kb
 
     assert [r.id for r in load_kb().rules if not r.explains] == []
+
+
+@pytest.mark.parametrize(
+    ("check", "message"),
+    [
+        ("{fact: host.os, contains: 5, weight: 2}", "evidence[0].fact: contains: host.os holds text; contains takes a string"),
+        ("{fact: host.os, eq: 5, weight: 2}", "evidence[0].fact: eq: a int operand against text (host.os holds text)"),
+        ("{fact: host.cpu_count, eq: '8', weight: 2}", "evidence[0].fact: eq: a text operand against a number"),
+        ("{fact: host.os, gt: 5, weight: 2}", None),  # a numeric string compares as a number
+        ("{fact: host.interactive, ge: 1, weight: 2}", "evidence[0].fact: ge: a number operand against host.interactive"),
+        ("{fact: gpus.count, version: '>=2', weight: 2}", "evidence[0].fact: version: gpus.count holds a number, not a version"),
+        ("{fact: microtests.barrier.status, in: [passed, timeout], weight: 2}", "in: 'timeout' is not a value it can take"),
+        ("{fact: gpus.devices.name, contains: 3, weight: 2}", "contains: a int operand against text"),
+        ("{fact: env.NCCL_P2P_DISABLE, eq: 1, weight: 2}", "eq: a int operand against text (env.NCCL_P2P_DISABLE holds text)"),
+    ],
+)
+def test_operand_must_fit_the_fact(tmp_path, check, message):
+    """An operand the fact can never hold is a load error on the check's line, not a rule that
+    never fires or raises when it runs."""
+    path = write(tmp_path, "area/good.yaml", GOOD.replace("{fact: gpus.count, ge: 2, weight: 2}", check))
+    if message is None:
+        assert [r.id for r in load_kb([tmp_path], shipped=False).rules] == ["area.good"]
+        return
+    found = problems(tmp_path)
+    assert found[0].startswith(f"{path}:5: "), found
+    assert message in found[0], found
