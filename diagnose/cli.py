@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -158,9 +160,20 @@ def _tolerant_streams() -> None:
             stream.reconfigure(errors="replace")
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread like Ctrl-C, so every ``finally`` runs: the
+    micro-tests' ranks are ended and their folders removed before the tool exits 143."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     from diagnose.kb import KBError
     from probes.log import LogError
     from probes.snapshot import SnapshotError
@@ -175,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("diagnose: error: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
+    except _Terminated:
+        print("diagnose: error: terminated", file=sys.stderr)
+        return Exit.TERMINATED
     except BrokenPipeError:  # a write outside emit(): the document was not delivered whole
         drop_stdout()
         return Exit.INTERNAL

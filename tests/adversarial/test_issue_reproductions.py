@@ -53,9 +53,6 @@ def test_an_80_kb_log_line_in_a_snapshot_is_diagnosed(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["facts"]["log"]["lines"]
 
 
-@pytest.mark.xfail(strict=True, reason="`diagnose` (live) has no SIGTERM handler around the micro-tests: it dies "
-                   "by the signal (-15), prints nothing and leaves TMPDIR/diagnose-microtest-*; the handler belongs "
-                   "in diagnose/cli.py (or probes/microtests/runner.py), as diagnose/run/supervise.py has one")
 def test_sigterm_during_the_microtests_removes_their_folders_and_exits_143(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
