@@ -36,8 +36,9 @@ from rich.table import Table  # noqa: E402
 
 from probes.microtests import TEST_NAMES, run_microtests  # noqa: E402
 from probes.microtests.checks import SIZES, iterations, size_label  # noqa: E402
-from probes.microtests.runner import bandwidth, free_port  # noqa: E402
-from probes.microtests.watchdog import kill_tree  # noqa: E402
+from probes.microtests.judge import bandwidth  # noqa: E402
+from probes.microtests.runner import free_port  # noqa: E402
+from probes.proc import kill_tree  # noqa: E402
 
 TARGET = 0.95
 DIAGNOSIS_TARGET = 2.0
