@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
@@ -23,7 +23,7 @@ def run_facts(command: Sequence[str], result: RunResult):
     from probes.log import LogError, log_from_text, read_log
 
     facts = Facts(
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         inputs=[f"run:{shlex.join(command)[:200]}", f"log:{result.log_path}"],
     )
     if result.log_path is not None:

@@ -4,7 +4,7 @@ in the usual sections, and the collectives judged as the local micro-tests are."
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from probes.cluster.identity import Identity, node_key
 from probes.facts import Cluster, ClusterNode, ClusterRank, Facts, MicroTests, ProbeError, Skipped
@@ -59,7 +59,7 @@ def assemble(
 
     own = next((n for n in cluster.nodes if 0 in n.ranks), None)
     facts = Facts(inputs=["live", f"cluster:{len(cluster.nodes)} nodes, {me.world_size} ranks"], cluster=cluster)
-    facts.created = datetime.now(UTC).isoformat(timespec="seconds")
+    facts.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if own is not None and own.reported:
         for section in ("host", "packages", "env", "torch", "gpus", "driver", "launcher"):
             setattr(facts, section, getattr(own, section))

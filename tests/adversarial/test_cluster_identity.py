@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
+
 from probes.cluster.assemble import assemble
 from probes.cluster.identity import Identity, identity, node_key
 from probes.facts import Env, Facts
+
+_NEEDS = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch: two real torchrun nodes")
+
 
 ENV = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
        "GROUP_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"}  # fmt: skip
@@ -45,6 +52,7 @@ def test_without_a_node_rank_the_name_tells_nodes_apart() -> None:
     assert node_key({"node": "gpu01", "node_rank": 3}) == 3
 
 
+@_NEEDS
 def test_two_real_torchrun_nodes_on_one_host(tmp_path) -> None:
     """The issue's reproduction: no DIAGNOSE_NODE_NAME, one hostname, `--nnodes 2`."""
     import json
@@ -56,13 +64,24 @@ def test_two_real_torchrun_nodes_on_one_host(tmp_path) -> None:
 
     mark, port = uuid.uuid4().hex[:8], _free_port()
     report = tmp_path / "report.json"
-    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}"]
+    common = [
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+    ]
     program = ["-m", "diagnose", "cluster", "--json", "--out", str(report), "--microtests", "none", "--timeout", "60"]
 
     def start(node: int, **extra: str) -> subprocess.Popen:
         log = (tmp_path / f"node{node}.log").open("wb")
         argv = [sys.executable, "-m", "torch.distributed.run", "--node-rank", str(node), *common, *program]
-        return subprocess.Popen(argv, cwd=ROOT, env=_env(mark, **extra), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            argv, cwd=ROOT, env=_env(mark, **extra), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     procs = [start(0), start(1, NCCL_P2P_DISABLE="1")]  # the variable is set on node 1 only
     _run_all(procs, mark, limit=90)

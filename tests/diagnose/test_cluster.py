@@ -7,6 +7,7 @@ environment, so the tests can prove that none is left behind.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -19,8 +20,22 @@ from pathlib import Path
 import psutil
 import pytest
 
+_NEEDS = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="needs torch: real ranks under torchrun or srun"
+)
+
+
 ROOT = Path(__file__).resolve().parents[2]
-_LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+_LAUNCHER_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 _LAUNCHER_PREFIXES = ("SLURM", "TORCHELASTIC_", "NCCL_", "OMPI_", "PMI_", "DIAGNOSE_")
 
 
@@ -80,11 +95,20 @@ def _srun_rank(rank: int, nodes: list[str], tasks_per_node: int, port: int, mark
     )  # fmt: skip
     env = _env(mark, **{**slurm, **extra})
     argv = [*prefix, sys.executable, "-m", "diagnose", "cluster", "--json", *args]
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def _diagnose(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diagnose", *argv], cwd=ROOT, env=_env("offline"), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *argv],
+        cwd=ROOT,
+        env=_env("offline"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 FIXTURE = ROOT / "tests" / "fixtures" / "cluster" / "two-nodes-torch-differs.json"
@@ -98,7 +122,9 @@ def test_a_recorded_cluster_snapshot_with_a_faked_version_is_rediagnosed(capsys)
     findings = {f["id"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     versions = findings["cluster.version-mismatch"]
     assert [e["observed"] for e in versions["evidence"] if e["state"] == "fired"] == [["torch"]]
-    assert [e["observed"] for e in findings["cluster.nccl-env-mismatch"]["evidence"] if e["state"] == "fired"] == [["NCCL_IB_DISABLE"]]
+    assert [e["observed"] for e in findings["cluster.nccl-env-mismatch"]["evidence"] if e["state"] == "fired"] == [
+        ["NCCL_IB_DISABLE"]
+    ]
 
 
 @pytest.mark.parametrize("command", [["cluster"], []], ids=["diagnose cluster", "diagnose"])
@@ -109,7 +135,9 @@ def test_the_report_has_a_section_per_node(capsys, fmt, command):
     main([*command, "--from", str(FIXTURE), "--format", fmt])
     out = capsys.readouterr().out
     node0, node1 = out.index("Node node0"), out.index("Node node1")
-    assert "2.12.1+cpu (differs between nodes)" in out[node0:] and "2.13.0+cpu (differs between nodes)" in out[node1:node0]
+    assert (
+        "2.12.1+cpu (differs between nodes)" in out[node0:] and "2.13.0+cpu (differs between nodes)" in out[node1:node0]
+    )
     assert "NCCL_IB_DISABLE" in out[node1:node0] and "rank 3" in out[node0:]
 
 
@@ -118,7 +146,10 @@ def test_the_report_has_a_section_per_node(capsys, fmt, command):
     [
         (["cluster"], "run `diagnose cluster` under torchrun or srun"),
         (["cluster", "--timeout", "0"], "--timeout: must be a positive number"),
-        (["cluster", "--from", str(ROOT / "tests" / "fixtures" / "snapshots" / "healthy.json")], "not a cluster snapshot"),
+        (
+            ["cluster", "--from", str(ROOT / "tests" / "fixtures" / "snapshots" / "healthy.json")],
+            "not a cluster snapshot",
+        ),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(capsys, monkeypatch, argv, message):
@@ -131,6 +162,7 @@ def test_bad_usage_is_one_line_and_exit_2(capsys, monkeypatch, argv, message):
     assert err.count("\n") == 1 and message in err
 
 
+@_NEEDS
 def test_two_nodes_under_torchrun_one_report_and_a_planted_nccl_difference(tmp_path):
     mark, port = uuid.uuid4().hex[:8], _free_port()
     report, snapshot = tmp_path / "report.json", tmp_path / "facts.json"
@@ -145,7 +177,9 @@ def test_two_nodes_under_torchrun_one_report_and_a_planted_nccl_difference(tmp_p
         extra = {"NCCL_ALGO": "Ring"} if node == 1 else {}
         env = _env(mark, DIAGNOSE_NODE_NAME=f"node{node}", **extra)
         log = (tmp_path / f"node{node}.log").open("wb")
-        procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
     _run_all(procs, mark, limit=90)
     _no_orphans(mark)
     assert report.exists(), (tmp_path / "node0.log").read_text()[-3000:]
@@ -169,7 +203,11 @@ def test_two_nodes_under_torchrun_one_report_and_a_planted_nccl_difference(tmp_p
     finding = data["findings"][ids.index("cluster.nccl-env-mismatch")]
     fired = [e for e in finding["evidence"] if e["state"] == "fired"]
     assert fired[0]["observed"] == ["NCCL_ALGO"] and finding["score"] >= 5
-    assert all(ids.index("cluster.nccl-env-mismatch") < i for i, f in enumerate(ids) if f.startswith("cluster.") and f != "cluster.nccl-env-mismatch")
+    assert all(
+        ids.index("cluster.nccl-env-mismatch") < i
+        for i, f in enumerate(ids)
+        if f.startswith("cluster.") and f != "cluster.nccl-env-mismatch"
+    )
 
     offline = _diagnose("--from", str(snapshot), "--json")  # the saved cluster snapshot, re-diagnosed
     assert offline.returncode == 1, offline.stderr
@@ -178,6 +216,7 @@ def test_two_nodes_under_torchrun_one_report_and_a_planted_nccl_difference(tmp_p
     assert "Node node0" in text and "Node node1" in text and "NCCL_ALGO" in text
 
 
+@_NEEDS
 def test_a_node_that_never_starts_ends_the_run_within_the_deadline(tmp_path):
     mark, port = uuid.uuid4().hex[:8], _free_port()
     nodes = [f"c{mark}a", f"c{mark}b"]
@@ -190,13 +229,17 @@ def test_a_node_that_never_starts_ends_the_run_within_the_deadline(tmp_path):
 
     data = json.loads((tmp_path / "report.json").read_text())
     cluster = data["facts"]["cluster"]
-    assert [(r["rank"], r["state"], r["node"]) for r in cluster["ranks"]] == [(0, "reported", nodes[0]), (1, "missing", nodes[1])]
+    assert [(r["rank"], r["state"], r["node"]) for r in cluster["ranks"]] == [
+        (0, "reported", nodes[0]),
+        (1, "missing", nodes[1]),
+    ]
     assert data["summary"]["top"] == "cluster.missing-rank"
     missing = next(f for f in data["findings"] if f["id"] == "cluster.missing-rank")
     assert [nodes[1]] in [e["observed"] for e in missing["evidence"]]
     assert data["facts"]["microtests"]["rendezvous"]["status"] == "timed_out"
 
 
+@_NEEDS
 def test_a_rank_whose_rank_0_never_starts_says_so_in_one_line(tmp_path):
     mark, port = uuid.uuid4().hex[:8], _free_port()
     args = ["--join-timeout", "2", "--timeout", "40", "--out", str(tmp_path / "report.json")]
@@ -209,10 +252,22 @@ def test_a_rank_whose_rank_0_never_starts_says_so_in_one_line(tmp_path):
     assert not (tmp_path / "report.json").exists()  # only rank 0 writes the report
 
 
+@_NEEDS
 def test_a_hung_rank_is_named_where_it_stopped_and_killed_by_its_own_watchdog(tmp_path):
     mark, port = uuid.uuid4().hex[:8], _free_port()
     nodes = [f"h{mark}a", f"h{mark}b"]
-    args = ["--join-timeout", "8", "--timeout", "12", "--op-timeout", "2", "--max-size", "4KB", "--out", str(tmp_path / "report.json")]
+    args = [
+        "--join-timeout",
+        "8",
+        "--timeout",
+        "12",
+        "--op-timeout",
+        "2",
+        "--max-size",
+        "4KB",
+        "--out",
+        str(tmp_path / "report.json"),
+    ]
     fault = {"DIAGNOSE_CLUSTER_TESTING": "1", "DIAGNOSE_CLUSTER_FAULT": "1:barrier"}
     procs = [_srun_rank(r, nodes, 1, port, mark, args, tmp_path / f"rank{r}.log", **fault) for r in (0, 1)]
     wall = _run_all(procs, mark, limit=30)
@@ -241,7 +296,25 @@ def slow_host():
         ["ip", "link", "set", outside, "up"],
         ["ip", "netns", "exec", ns, "ip", "addr", "add", "10.213.7.2/24", "dev", inside],
         ["ip", "netns", "exec", ns, "ip", "link", "set", inside, "up"],
-        ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inside, "root", "tbf", "rate", "200mbit", "burst", "64kb", "latency", "100ms"],
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            inside,
+            "root",
+            "tbf",
+            "rate",
+            "200mbit",
+            "burst",
+            "64kb",
+            "latency",
+            "100ms",
+        ],
     ]
     try:
         for argv in steps:
@@ -253,6 +326,7 @@ def slow_host():
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)  # takes the veth pair with it
 
 
+@_NEEDS
 def test_a_node_behind_a_slow_link_is_named(tmp_path, slow_host):
     ns, outside, inside = slow_host
     mark, port = uuid.uuid4().hex[:8], _free_port()

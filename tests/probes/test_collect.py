@@ -3,6 +3,7 @@ stand-ins for NVML and the torch child."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import threading
 import uuid
@@ -18,6 +19,11 @@ from tests.probes.test_gpus import FakeNvml
 from tests.probes.test_runner import leftovers
 from tests.probes.test_torch_build import CANNED, fake
 
+_NEEDS = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="needs torch: the live probes of this machine"
+)
+
+
 TERMINAL = {"passed", "failed", "skipped"}
 
 
@@ -32,6 +38,7 @@ class Recorder:
         return {step: (state, detail) for step, state, detail in self.events if state in TERMINAL}
 
 
+@_NEEDS
 def test_this_machine(tmp_path) -> None:  # noqa: ANN001
     progress = Recorder()
     facts = collect.collect(torch_timeout=60, progress=progress)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from email.message import Message
 from importlib import metadata
 
+import pytest
+
 from probes import packages
+
+_NEEDS = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or importlib.util.find_spec("lightning") is None,
+    reason="needs torch and lightning installed",
+)
 
 
 class Dist(metadata.Distribution):
@@ -47,6 +55,7 @@ def test_names_are_pep503_and_the_first_copy_wins() -> None:
     assert found.lookup("deepspeed") == (True, None)
 
 
+@_NEEDS
 def test_this_environment_without_importing_torch() -> None:
     code = (
         "import sys; from probes import packages; found = packages.probe();"
