@@ -611,18 +611,12 @@ class Signature(_Model):
 class NcclState(_Model):
     """What NCCL's own INFO lines say about communicator init (read by ``probes.logfacts``)."""
 
-    versions: list[str] = Field(default_factory=list)  # distinct, "+cudaX" dropped: two differ
     net: str | None = None  # IB or Socket: the transport NCCL chose between nodes
     interfaces: list[str] = Field(default_factory=list)  # bootstrap and NET interfaces, as seen
     transports: list[str] = Field(default_factory=list)  # P2P/IPC, SHM, NET/IB ... between ranks
     init_completed: bool = False  # "Init COMPLETE" or "Connected all rings" seen
     nranks: int | None = None
     shared_devices: list[str] = Field(default_factory=list)  # host:busId opened by two processes
-    derived: ClassVar[tuple[str, ...]] = ("versions_differ",)
-
-    @property
-    def versions_differ(self) -> bool:
-        return len(self.versions) > 1
 
 
 class Log(Section):
@@ -631,10 +625,17 @@ class Log(Section):
     lines: list[LogLine] | None = None  # the retained lines rules' patterns run over
     signatures: list[Signature] | None = None
     nccl: NcclState | None = None  # None: no NCCL INFO line (NCCL_DEBUG unset, or no NCCL)
+    # every NCCL release the log names: printed by NCCL, in an error, a library file or a package
+    nccl_versions: list[str] | None = None
     failure: Failure | None = None  # the first failing rank's exception, from its traceback
     exit_codes: list[int] | None = None  # as launchers report ranks' ends (-9, 137, 1 ...)
     exit_signals: list[str] | None = None  # SIGKILL, SIGSEGV ... named or implied by exit codes
-    derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks")
+    derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks", "nccl_versions_differ")
+
+    @property
+    def nccl_versions_differ(self) -> bool | None:
+        """Two NCCL releases in one job: ranks, nodes or libraries that disagree."""
+        return None if self.nccl_versions is None else len(self.nccl_versions) > 1
 
     @property
     def signature_ids(self) -> list[str] | None:

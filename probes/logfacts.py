@@ -51,8 +51,6 @@ def nccl_state(log: Log) -> NcclState | None:
     init_ids = ("nccl_version", "nccl_bootstrap", "nccl_net", "nccl_comm_init", "nccl_init_complete", "nccl_transport")
     if not any(i in by_id for i in init_ids):
         return None
-    versions = [d.get("version") for d in by_id.get("nccl_version", [])]
-    versions += [d.get("nccl_version") for d in by_id.get("nccl_error", [])]
     inits = by_id.get("nccl_comm_init", [])
     # a device (host, bus id) opened by more than one process: two ranks on one GPU
     users: dict[str, set[str]] = {}
@@ -62,7 +60,6 @@ def nccl_state(log: Log) -> NcclState | None:
     completed = "nccl_init_complete" in by_id or any(d.get("stage") == "COMPLETE" for d in inits)
     nranks = [int(d["nranks"]) for d in inits if d.get("nranks", "").isdigit()]
     return NcclState(
-        versions=_ordered(v.split("+")[0] for v in versions if v),
         net=next((d["net"] for d in by_id.get("nccl_net", []) if d.get("net")), None),
         interfaces=_ordered(d.get("interface") for i in ("nccl_bootstrap", "nccl_net") for d in by_id.get(i, [])),
         transports=_ordered(d.get("transport") for d in by_id.get("nccl_transport", [])),
@@ -70,6 +67,19 @@ def nccl_state(log: Log) -> NcclState | None:
         nranks=max(nranks) if nranks else None,
         shared_devices=sorted(k for k, pids in users.items() if len(pids) > 1)[:_MAX_LISTED],
     )
+
+
+_VERSION_FIELDS = {"nccl_version": "version", "nccl_error": "nccl_version", "nccl_library_version": "version"}
+
+
+def nccl_versions(log: Log) -> list[str] | None:
+    """Every NCCL release the log names (x.y.z, build suffix dropped); None when it names none."""
+    found = [
+        sig.data.get(field, "").split("+")[0]
+        for sig in log.signatures or []
+        if (field := _VERSION_FIELDS.get(sig.id))
+    ]
+    return _ordered(found) or None
 
 
 def exits(log: Log) -> tuple[list[int] | None, list[str] | None]:
@@ -99,5 +109,11 @@ def structure(log: Log, read: Callable[[str], Log]) -> Log:
         failure = first_failure((line.text for line in log.lines), rank, read)
     codes, names = exits(log)
     return log.model_copy(
-        update={"nccl": nccl_state(log), "failure": failure, "exit_codes": codes, "exit_signals": names}
+        update={
+            "nccl": nccl_state(log),
+            "nccl_versions": nccl_versions(log),
+            "failure": failure,
+            "exit_codes": codes,
+            "exit_signals": names,
+        }
     )

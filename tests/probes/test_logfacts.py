@@ -26,7 +26,7 @@ def _case(path: Path):
 def test_an_nccl_init_that_never_completes_is_a_fact_with_its_interface_and_version():
     log = _case(SHARED / "nccl-257-allreduce-hangs-intel-iommu.yaml")
     assert log.nccl is not None
-    assert (log.nccl.versions, log.nccl.net, log.nccl.interfaces) == (["2.4.8"], "Socket", ["eth0"])
+    assert (log.nccl_versions, log.nccl.net, log.nccl.interfaces) == (["2.4.8"], "Socket", ["eth0"])
     assert log.nccl.init_completed is False
 
 
@@ -37,7 +37,17 @@ def test_ranks_that_print_different_nccl_versions_differ():
         "node2:12:12 [0] NCCL INFO Bootstrap : Using ens7:10.128.0.32<0>\n"
         "NCCL version 2.20.5+cuda12.4\n"
     )
-    assert log.nccl.versions == ["2.19.3", "2.20.5"] and log.nccl.versions_differ
+    assert log.nccl_versions == ["2.19.3", "2.20.5"] and log.nccl_versions_differ
+
+
+def test_a_system_library_beside_the_installed_release_is_two_versions():
+    log = _log("- NCCL Version : NCCL 2.8.3 for CUDA 10.1\n/usr/lib64/libnccl.so.2.9.9\n/usr/lib64/libnccl.so.2\n")
+    assert log.nccl_versions == ["2.8.3", "2.9.9"] and log.nccl_versions_differ
+
+
+def test_a_log_naming_no_nccl_release_has_no_versions():
+    log = _log("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error\n")
+    assert log.nccl_versions is None and log.nccl_versions_differ is None
 
 
 def test_two_processes_opening_one_bus_id_are_a_shared_device_and_complete_init_is_seen():
