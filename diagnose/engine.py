@@ -58,6 +58,8 @@ class _Context:
     facts: Facts
     paths: dict[str, tuple[bool, Any]] = field(default_factory=dict)
     literal_lines: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
+    # results of checks that several rules share (the same fact test, the same log pattern)
+    results: dict[Any, _Result] = field(default_factory=dict)
 
     def fact(self, path: str) -> tuple[bool, Any]:
         if path not in self.paths:
@@ -73,6 +75,11 @@ class _Context:
     def log_text(self) -> str | None:
         lines = self.facts.log.lines
         return None if lines is None else "\n".join(line.text for line in lines)
+
+    @cached_property
+    def log_bytes(self) -> bytes:
+        """The joined log as UTF-8, encoded once for every RE2 search of it."""
+        return (self.log_text or "").encode("utf-8", errors="surrogatepass")
 
     @cached_property
     def _lowered(self) -> tuple[str, list[int]]:
@@ -155,6 +162,13 @@ _ALL_ELEMENTS = ("ne", "not_in", "not_matches")
 
 
 def _fact(check: FactCheck, ctx: _Context) -> _Result:
+    result = ctx.results.get(check.key)
+    if result is None:
+        result = ctx.results[check.key] = _fact_result(check, ctx)
+    return result
+
+
+def _fact_result(check: FactCheck, ctx: _Context) -> _Result:
     known, value = ctx.fact(check.fact)
     if check.op == "exists":
         if not known:
@@ -174,14 +188,22 @@ def _fact(check: FactCheck, ctx: _Context) -> _Result:
 
 
 def _log(check: LogCheck, ctx: _Context) -> _Result:
+    result = ctx.results.get(check.log)
+    if result is None:
+        result = ctx.results[check.log] = _log_result(check, ctx)
+    return result
+
+
+def _log_result(check: LogCheck, ctx: _Context) -> _Result:
     lines = ctx.facts.log.lines
     if lines is None:
         return _Result(UNKNOWN)
+    quick = check.whole_text
+    if quick is not None and quick.search(ctx.log_bytes if check.on_re2 else ctx.log_text) is None:
+        return _Result(NOT_FIRED, 0)  # most log checks end here, after one linear search
     if check.literals is not None:
         # every match lies within one line and holds one of the literals: test only those lines
         candidates = [lines[i] for i in ctx.lines_containing(check.literals)]
-    elif check.prefilter.search(ctx.log_text) is None:
-        return _Result(NOT_FIRED, 0)
     else:
         candidates = lines
     hits = [line for line in candidates if check.regex.search(line.text)]
@@ -326,28 +348,45 @@ def _judge(rule: Rule, ctx: _Context, observed: dict[str, list[str]]) -> tuple[s
     decisive = fired and score >= rule.min_score
     if decisive or (explained and score >= 0):
         total = round(score + (PRIOR_WEIGHT * rule.prior if explained else 0.0), 3)
-        finding = Finding(
-            id=rule.id,
-            title=rule.title,
-            severity=rule.severity,
-            score=total,
-            confidence=_confidence(total, bool(gate_unknown)) if decisive else "low",
-            basis="evidence" if decisive else "symptom",
-            explains=explained,
-            check=rule.check,
-            explain=rule.explain.strip(),
-            evidence=[_item(c, r) for c, r in results],
-            gate=[_item(c, r) for c, r in gate],
-            missing=_needs(gate_unknown + unknown),
-            fixes=render_fixes(rule, ctx.render),
-            references=list(rule.references),
-        )
-        return ("findings" if decisive else "candidates"), finding
+
+        def finding() -> Finding:
+            return Finding(
+                id=rule.id,
+                title=rule.title,
+                severity=rule.severity,
+                score=total,
+                confidence=_confidence(total, bool(gate_unknown)) if decisive else "low",
+                basis="evidence" if decisive else "symptom",
+                explains=explained,
+                check=rule.check,
+                explain=rule.explain.strip(),
+                evidence=[_item(c, r) for c, r in results],
+                gate=[_item(c, r) for c, r in gate],
+                missing=_needs(gate_unknown + unknown),
+                fixes=render_fixes(rule, ctx.render),
+                references=list(rule.references),
+            )
+
+        if decisive:
+            return "findings", finding()
+        # a candidate's report entry is built only if it ranks among those shown
+        return "candidates", ((-total, SEVERITY_ORDER[rule.severity], rule.id), rule, finding)
     if not unknown:
         return "ruled_out", _outcome(rule, "none of its evidence was seen")
     if rule.when and not gate_unknown:
         return "possible", _outcome(rule, "its conditions hold; its evidence could not be checked", _needs(unknown))
     return "not_checked", _outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown))
+
+
+def _guarded(rule: Rule, kb: KB, judge: Any) -> tuple[str, Any]:
+    """``judge()``, or, when the rule raises, its entry among the rules not checked (rule id,
+    file and error in one line): one broken rule must not cost the whole diagnosis."""
+    try:
+        return judge()
+    except Exception as exc:  # noqa: BLE001 - the boundary itself
+        where = kb.files.get(rule.id, "(no file)")
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return "not_checked", _outcome(rule, f"{RULE_ERROR}: {where}: {why}")
 
 
 def evaluate(facts: Facts, kb: KB) -> Report:
@@ -364,19 +403,16 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         "not_checked": not_checked, "ruled_out": ruled_out,
     }  # fmt: skip
     for rule in kb.rules:
-        try:
-            bucket, entry = _judge(rule, ctx, observed)
-        except Exception as exc:  # noqa: BLE001 - one broken rule must not cost the diagnosis
-            where = kb.files.get(rule.id, "(no file)")
-            why = " ".join(f"{type(exc).__name__}: {exc}".split())
-            bucket, entry = "not_checked", _outcome(rule, f"{RULE_ERROR}: {where}: {why}")
+        bucket, entry = _guarded(rule, kb, lambda rule=rule: _judge(rule, ctx, observed))
         buckets[bucket].append(entry)
 
-    candidates.sort(key=_rank_key)
+    candidates.sort(key=lambda candidate: candidate[0])
     findings.sort(key=_rank_key)
-    findings.extend(candidates[:MAX_CANDIDATES])  # after every cause whose own evidence fired
-    for extra in candidates[MAX_CANDIDATES:]:
-        possible.append(_outcome(kb.get(extra.id), "a less common cause of the observed symptoms"))
+    for _, rule, finding in candidates[:MAX_CANDIDATES]:  # after every cause whose own evidence fired
+        bucket, entry = _guarded(rule, kb, lambda finding=finding: ("findings", finding()))
+        buckets[bucket].append(entry)
+    for _, rule, _ in candidates[MAX_CANDIDATES:]:
+        possible.append(_outcome(rule, "a less common cause of the observed symptoms"))
     symptoms = shipped_catalog().symptoms
     seen = [
         SymptomSeen(id=s, title=symptoms[s].title, check=symptoms[s].check.strip(), shown_by=sources)

@@ -148,6 +148,11 @@ class FactCheck(_Check):
         return None if pattern is None else _compile(pattern)
 
     @cached_property
+    def key(self) -> tuple[str, str, str]:
+        """What the check's result depends on besides the facts: checks alike share one result."""
+        return self.fact, self.op, repr(self.operand)
+
+    @cached_property
     def specifier(self) -> SpecifierSet | None:
         return None if self.version is None else SpecifierSet(self.version)
 
@@ -216,6 +221,18 @@ class LogCheck(_Check):
     def prefilter(self) -> Any:
         """The same pattern over the joined log text: finds every line the per-line search would."""
         return _compile(self.log, multiline=True)
+
+    @cached_property
+    def whole_text(self) -> Any | None:
+        """``prefilter`` where one search of the joined log is cheaper than testing lines: always
+        on RE2 (linear); on the line-by-line fallback only when no literal selects the lines."""
+        return self.prefilter if self.on_re2 or self.literals is None else None
+
+    @cached_property
+    def on_re2(self) -> bool:
+        from probes.patterns import engine
+
+        return engine(self.log) == "re2"
 
     display = cached_property(lambda self: ("log", self.log, "a log line matches"))
     need: ClassVar[str] = "log"
