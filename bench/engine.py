@@ -5,6 +5,9 @@
 Prints time per snapshot and per rule for the shipped KB, then for the KB repeated 2x and 4x
 (renamed copies) to show linear growth, for all snapshots and split into those with facts only
 (a live run) and those with a log. Target: well under 1 ms per snapshot for the whole KB.
+The engine evaluates a check that several rules share (one fact test, one log pattern) once
+per snapshot, so renamed copies cost less than new rules would: the per-rule figure at 2x and
+4x is what a KB that repeats its checks costs, a floor for one that does not.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ def main() -> None:
             )
         table.add_section()
     Console().print(table)
+    print("copies share their checks' results with the originals (see the module docstring)")
 
 
 if __name__ == "__main__":
