@@ -56,6 +56,7 @@ class _Context:
     """Per-evaluation caches shared by all rules over one Facts."""
 
     facts: Facts
+    kb: KB
     paths: dict[str, tuple[bool, Any]] = field(default_factory=dict)
     literal_lines: dict[tuple[str, ...], list[int]] = field(default_factory=dict)
     # results of checks that several rules share (the same fact test, the same log pattern)
@@ -75,6 +76,12 @@ class _Context:
     def log_text(self) -> str | None:
         lines = self.facts.log.lines
         return None if lines is None else "\n".join(line.text for line in lines)
+
+    @cached_property
+    def log_matching(self) -> set[str] | None:
+        """The rules' log patterns that match somewhere in the log (one pass for all of them),
+        or None where that could not be told."""
+        return self.kb.log_patterns.matching(self.log_bytes)
 
     @cached_property
     def log_bytes(self) -> bytes:
@@ -198,9 +205,12 @@ def _log_result(check: LogCheck, ctx: _Context) -> _Result:
     lines = ctx.facts.log.lines
     if lines is None:
         return _Result(UNKNOWN)
-    quick = check.whole_text
-    if quick is not None and quick.search(ctx.log_bytes if check.on_re2 else ctx.log_text) is None:
-        return _Result(NOT_FIRED, 0)  # most log checks end here, after one linear search
+    matching = ctx.log_matching if check.on_re2 else None
+    if matching is not None:
+        if check.log not in matching:
+            return _Result(NOT_FIRED, 0)  # most log checks end here: one pass answered them all
+    elif check.whole_text is not None and check.whole_text.search(ctx.log_bytes if check.on_re2 else ctx.log_text) is None:
+        return _Result(NOT_FIRED, 0)
     if check.literals is not None:
         # every match lies within one line and holds one of the literals: test only those lines
         candidates = [lines[i] for i in ctx.lines_containing(check.literals)]
@@ -390,7 +400,7 @@ def _guarded(rule: Rule, kb: KB, judge: Any) -> tuple[str, Any]:
 
 
 def evaluate(facts: Facts, kb: KB) -> Report:
-    ctx = _Context(facts)
+    ctx = _Context(facts, kb)
     observed = observe(facts)
     findings: list[Finding] = []
     candidates: list[Finding] = []

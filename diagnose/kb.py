@@ -6,6 +6,7 @@ it came from; pydantic's error location is mapped back to that line.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,21 @@ class KB:
                     yield from walk(check.any)
 
         return frozenset(lit for rule in self.rules for lit in walk([*rule.when, *rule.evidence]))
+
+    @functools.cached_property
+    def log_patterns(self) -> Any:
+        """Every rule's log patterns as one set, asked once per log which of them match in it."""
+        from diagnose.rules import AnyCheck, LogCheck
+        from probes.patterns import PatternSet
+
+        def walk(checks) -> Iterator[str]:
+            for check in checks:
+                if isinstance(check, LogCheck):
+                    yield check.log
+                elif isinstance(check, AnyCheck):
+                    yield from walk(check.any)
+
+        return PatternSet((p for rule in self.rules for p in walk([*rule.when, *rule.evidence])), multiline=True)
 
     def get(self, rule_id: str) -> Rule | None:
         for rule in self.rules:

@@ -13,7 +13,7 @@ Anything else is refused with the reason, which is what ``diagnose kb lint`` sho
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 try:  # Python 3.11 renamed it; 3.10 has only the old name
@@ -171,3 +171,28 @@ class _Bounded:
 
     def __repr__(self) -> str:
         return f"patterns.compile({self.pattern!r}) [re, first {self.window} characters of a line]"
+
+
+class PatternSet:
+    """Which of many patterns match somewhere in a text, in one pass (RE2's multi-pattern
+    search) instead of one search each. Patterns RE2 cannot run are left out: ask them one
+    by one."""
+
+    def __init__(self, patterns: Iterable[str], *, multiline: bool = False) -> None:
+        self.patterns = [p for p in dict.fromkeys(patterns) if engine(p) == "re2"]
+        options = re2.Options()
+        options.log_errors = False
+        options.max_mem = 2 * _RE2_MEMORY
+        self._set = re2.Set.SearchSet(options)
+        for pattern in self.patterns:
+            self._set.Add(f"(?m){pattern}" if multiline else pattern)
+        # always matches: missing from an answer, it says RE2 ran out of memory and gave up
+        self._sentinel = self._set.Add(r"\A")
+        self._set.Compile()
+
+    def matching(self, text: str | bytes) -> set[str] | None:
+        """The patterns that match in ``text``, or None where RE2 could not tell."""
+        found = self._set.Match(text) or []
+        if self._sentinel not in found:
+            return None
+        return {self.patterns[i] for i in found if i != self._sentinel}
