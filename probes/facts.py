@@ -629,7 +629,7 @@ class Log(Section):
     nccl_versions: list[str] | None = None
     failure: Failure | None = None  # the first failing rank's exception, from its traceback
     exit_codes: list[int] | None = None  # as launchers report ranks' ends (-9, 137, 1 ...)
-    exit_signals: list[str] | None = None  # SIGKILL, SIGSEGV ... named or implied by exit codes
+    exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks", "nccl_versions_differ")
 
     @property

@@ -4,7 +4,7 @@
 A matched line says one thing; a maintainer reads the lines together: NCCL printed its version
 and bootstrap interface but never "Init COMPLETE" (init stalled: network), two processes of
 one host report the same bus id (two ranks on one GPU), the launcher says a rank ended with
--9 (SIGKILL: the host's OOM killer) or the first traceback ends in the user's own frame. These
+-9 (signal 9, as the host's OOM killer sends) or the first traceback ends in the user's own frame. These
 facts come from the fields the signatures of ``kb/signatures/state.yaml`` and ``nccl.yaml``
 extract, so a new wording is a signature, not code here.
 """
