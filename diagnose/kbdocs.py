@@ -1,7 +1,8 @@
-"""docs/rules.md from the rule base: one section per rule, generated, never edited by hand.
+"""docs/rules.md from the rule base: one section per rule, then the symptom vocabulary and
+the signature catalog, generated, never edited by hand.
 
-``render_rules_markdown(kb)`` is pure (rules in, text out, no I/O) and deterministic, so
-`diagnose kb docs --check` can tell a stale page by comparing strings.
+``render_rules_markdown(kb, catalog)`` is pure (rules and catalog in, text out, no I/O) and
+deterministic, so a stale page shows by comparing strings.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections import defaultdict
 
 from diagnose.kb import KB
 from diagnose.rules import Rule
+from probes.signatures import Catalog, shipped
 
 HEADER = (
     "# Rules\n\n"
@@ -73,7 +75,11 @@ def _section(rule: Rule) -> list[str]:
         meta.append("tags: " + ", ".join(rule.tags))
     if rule.aliases:
         meta.append("formerly: " + ", ".join(f"`{a}`" for a in rule.aliases))
-    lines = [f"## {rule.id}", "", f"**{rule.title}**", "", " · ".join(meta), "", rule.explain.strip(), ""]
+    lines = [f"## {rule.id}", "", f"**{rule.title}**", "", " · ".join(meta), ""]
+    lines += [f"Explains: {', '.join(f'[{s}](#{_anchor(s)})' for s in rule.explains)} · prior {rule.prior:g}", ""]
+    lines += [rule.explain.strip(), ""]
+    if rule.check:
+        lines += [f"**To confirm or rule it out**: {rule.check.strip()}", ""]
     lines += _gate(rule) + _evidence(rule) + _fixes(rule)
     lines += ["**References**:", ""] + [f"- <{ref}>" if "://" in ref else f"- {ref}" for ref in rule.references]
     examples = defaultdict(int)
@@ -83,8 +89,51 @@ def _section(rule: Rule) -> list[str]:
     return lines + ["", f"Examples run by `diagnose kb test`: {proven}.", ""]
 
 
-def render_rules_markdown(kb: KB) -> str:
-    """The whole page: a table of contents by area, then one section per rule, by id."""
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading that is an id: dots dropped."""
+    return heading.replace(".", "")
+
+
+def _symptoms(rules: list[Rule], catalog: Catalog) -> list[str]:
+    lines = [
+        "## Symptoms",
+        "",
+        "What happened, named before any cause is weighed (`kb/symptoms.yaml`). Each observed symptom",
+        "makes the rules that explain it candidates; the check is shown when no evidence tells them apart.",
+        "",
+    ]
+    for sid, symptom in sorted(catalog.symptoms.items()):
+        explained = [r.id for r in rules if any(e == sid or e.startswith(sid + ".") for e in r.explains)]
+        shown_by = sorted(sig.id for sig in catalog.signatures.values() if sid in sig.symptoms)
+        lines += [f"### {sid}", "", f"**{symptom.title}**", "", symptom.check.strip(), ""]
+        lines += [f"Shown by signatures: {', '.join(f'`{i}`' for i in shown_by) or '(stacks and micro-tests only)'}", ""]
+        lines += [f"Explained by: {', '.join(f'[{i}](#{_anchor(i)})' for i in explained) or '-'}", ""]
+    return lines
+
+
+def _signatures(catalog: Catalog) -> list[str]:
+    lines = [
+        "## Signatures",
+        "",
+        "What a log line says (`kb/signatures/*.yaml`): library messages across versions and users' own",
+        "words. A rule refers to one as `{signature: ID}`; its fields become the line's data.",
+        "",
+        "| id | says | symptoms | fields | e.g. |",
+        "|---|---|---|---|---|",
+    ]
+    for sig in sorted(catalog.signatures.values(), key=lambda s: s.id):
+        fields = sorted({name for p in (*sig.compiled, *sig.compiled_fields) for name in p.groupindex})
+        lines.append(
+            f"| `{sig.id}` | {_cell(sig.description)} | {', '.join(sig.symptoms) or '-'} | "
+            f"{', '.join(fields) or '-'} | {_code(sig.examples.match[0][:120])} |"
+        )
+    return lines + [""]
+
+
+def render_rules_markdown(kb: KB, catalog: Catalog | None = None) -> str:
+    """The whole page: a table of contents by area, one section per rule by id, then the
+    symptoms and the signatures (``catalog``: the shipped one unless given)."""
+    catalog = catalog or shipped()
     rules = sorted(kb.rules, key=lambda r: r.id)
     areas: dict[str, list[Rule]] = defaultdict(list)
     for rule in rules:
@@ -92,8 +141,10 @@ def render_rules_markdown(kb: KB) -> str:
     lines = [HEADER, f"{len(rules)} rules in {len(areas)} areas.", ""]
     for area, members in sorted(areas.items()):
         lines += [f"**{area}**", ""]
-        lines += [f"- [{r.id}](#{r.id.replace('.', '')}): {r.title} ({r.severity})" for r in members]
+        lines += [f"- [{r.id}](#{_anchor(r.id)}): {r.title} ({r.severity})" for r in members]
         lines.append("")
+    lines += ["[Symptoms](#symptoms) · [Signatures](#signatures)", ""]
     for rule in rules:
         lines += _section(rule)
+    lines += _symptoms(rules, catalog) + _signatures(catalog)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -86,3 +86,15 @@ def test_gate_and_aliases_are_shown() -> None:
     assert "**Applies when**" in text and "`gpus.count`: >= 2" in text
     assert "formerly: `demo.old`" in text
 
+
+
+def test_every_symptom_and_signature_is_documented_with_its_rules(page):
+    from probes.signatures import shipped as catalog
+
+    symptoms = page[page.index("\n## Symptoms\n"):page.index("\n## Signatures\n")]
+    signatures = page[page.index("\n## Signatures\n"):]
+    for sid in catalog().symptoms:
+        assert f"\n### {sid}\n" in symptoms, sid
+    for sig in catalog().signatures:
+        assert f"| `{sig}` |" in signatures, sig
+    assert "[ddp.unused-parameters](#ddpunused-parameters)" in symptoms.split("\n### crash.ddp\n")[1].split("\n### ")[0]
