@@ -158,7 +158,7 @@ import re2
 
 from probes.env import redact_text
 from probes.facts import Log, LogLine, Signature
-from probes.patterns import engine
+from probes.patterns import PatternSet, engine
 from probes.signatures import Catalog, SignatureDef, shipped
 
 SHORT_LOG_LINES = 2000
@@ -244,6 +244,14 @@ class _Matcher:
             sigs = tuple({s.id: s for w in prefixes for s in by_literal.get(w, ())}.values())
             self.implied[word] = (sigs, any(w in relevant for w in prefixes))
         self.signature_finders = _signature_finders(catalog)
+        # per examined line, one multi-pattern pass says which signatures' patterns match
+        self.signature_set = PatternSet(p for sig in catalog.signatures.values() for p in sig.patterns)
+        in_set = set(self.signature_set.patterns)
+        self.by_pattern: dict[str, list[SignatureDef]] = {}
+        for sig in catalog.signatures.values():
+            for pattern in sig.patterns:
+                self.by_pattern.setdefault(pattern, []).append(sig)
+        self.outside_set = [s for s in catalog.signatures.values() if any(p not in in_set for p in s.patterns)]
         self.relevant_finder = _literal_finder(relevant)
 
     def candidates(self, lowered: str) -> tuple[list[SignatureDef], bool]:
@@ -257,6 +265,25 @@ class _Matcher:
                 found.setdefault(sig.id, sig)
         order = self.catalog.order
         return sorted(found.values(), key=lambda s: order[s.id]), relevant
+
+    def examine(self, text: str) -> tuple[list[SignatureDef], bool]:
+        """``candidates``, narrowed to the signatures whose patterns match (one RE2 pass over the
+        line for all of them); a signature with anchors still needs one of them in the line."""
+        lowered = text.lower()
+        matching = self.signature_set.matching(text.encode("utf-8", errors="surrogatepass"))
+        if matching is None:
+            return self.candidates(lowered)
+        found = {
+            sig.id: sig
+            for pattern in matching
+            for sig in self.by_pattern[pattern]
+            if not sig.anchors or any(anchor in lowered for anchor in sig.anchors)
+        }
+        for sig in self.outside_set:  # a pattern RE2 cannot run: its literals select it, as before
+            if any(literal in lowered for literal in sig.literals):
+                found.setdefault(sig.id, sig)
+        order = self.catalog.order
+        return sorted(found.values(), key=lambda sig: order[sig.id]), self.relevant.search(lowered) is not None
 
     def is_relevant(self, text: str) -> bool:
         """Whether a line (as examined) holds a relevant word or a ``keep`` literal."""
@@ -482,7 +509,7 @@ class _Reader:
     def _examine(self, no: int, text: str) -> bool:
         """Find signatures on one line and update rank state; True if the line is relevant."""
         s = self.s
-        candidates, relevant = self.matcher.candidates(text.lower())
+        candidates, relevant = self.matcher.examine(text)
         rank, local = self._rank(text)
         summary = _SUMMARY_RANK.match(text) if "local_rank" in text else None
         if "Root Cause" in text and _ROOT_CAUSE.search(text):
