@@ -6,6 +6,7 @@ weights of the evidence that fired; rules are ranked by score, then severity, th
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -131,8 +132,14 @@ def _number(value: Any) -> float | None:
 
 
 def _version(value: Any) -> Version | None:
+    return _parse_version(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_version(text: str) -> Version | None:
+    """Versions repeat across snapshots (a few torch, driver and CUDA releases): parsed once."""
     try:
-        return Version(str(value))
+        return Version(text)
     except InvalidVersion:
         return None
 
