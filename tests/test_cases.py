@@ -53,7 +53,7 @@ def test_there_are_cases():
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_case(path):
     case = load_case(path)
-    assert case.source.startswith("https://github.com/"), "cite the public thread"
+    assert case.source.startswith("https://"), "cite the public thread or page"
     assert case.log.strip() or case.env_report.strip()
     causes = _causes()
     if causes is not None:
