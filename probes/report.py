@@ -41,6 +41,13 @@ _BULLET = re.compile(r"^(?P<indent>[\s>]*)(?:#\s*)?(?:[-*+•]\s+)?")
 _QUOTE = re.compile(r"^\s*(?:>\s?)+")
 _KEY_VALUE = re.compile(r"^(?P<key>[^:]{1,80}?)\s*:\s*(?P<value>.*)$")
 _EXAMPLE = re.compile(r"\(\s*e\.?\s*g\.?[^)]*\)", re.IGNORECASE)
+# Ultralytics' banner (YOLOv5 to YOLO11), pasted in most of their bug reports:
+# "Ultralytics 8.3.100 🚀 Python-3.12.9 torch-2.8.0+cu128 CUDA:0 (NVIDIA GeForce RTX 5090, 32112MiB)";
+# further devices follow on the same or the next lines as "CUDA:1 (NAME, MEMMiB)"
+_ULTRALYTICS_TORCH = re.compile(
+    r"(?:\bPython-(?P<python>\d+\.\d+[\d.]*) )?\btorch[- ](?P<torch>\d+\.\d+\S*) (?:CUDA:\d|CPU\b|MPS\b)"
+)
+_ULTRALYTICS_GPU = re.compile(r"\bCUDA:(?P<index>\d+) \((?P<name>[^,()]+), (?P<mib>\d+(?:\.\d+)?) ?Mi?B\)")
 _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>GPU-[\w-]+)\))?\s*$")
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
 _CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
@@ -267,6 +274,16 @@ class _Parser:
 
     def simple_lines(self, line: str) -> bool:
         f = self.found
+        banner = _ULTRALYTICS_TORCH.search(line)
+        if banner:
+            if banner.group("python"):
+                f.set(f.host, "python", banner.group("python"))
+            _torch_version(self, banner.group("torch"), False)
+        gpus = list(_ULTRALYTICS_GPU.finditer(line))
+        for m in gpus:
+            f.device(int(m.group("index")), name=m.group("name").strip(), memory_total_mib=float(m.group("mib")))
+        if banner or gpus:
+            return True
         m = _GPU_LINE.match(line)
         if m:
             f.device(int(m.group("index")), name=m.group("name").strip(), uuid=m.group("uuid"))

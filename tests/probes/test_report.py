@@ -261,3 +261,22 @@ def test_nccl_from_the_pip_nccl_wheel():
 def test_pip_list_rows_of_tracked_packages_only():
     text = "deepspeed 0.8.0\nUbuntu 20.04\nPython 3.8\nPackage    Version\n---------- -------\ntorch      2.0.1\nrequests   2.31.0\n"
     assert parse_report(text).packages.values == {"deepspeed": "0.8.0", "torch": "2.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("banner", "torch", "gpus"),
+    [
+        (
+            "Ultralytics 8.3.100 🚀 Python-3.12.9 torch-2.8.0.dev20250402+cu128 CUDA:0 (NVIDIA GeForce RTX 5090, 32112MiB)\n"
+            "                                                              CUDA:1 (NVIDIA GeForce RTX 5090, 32107MiB)",
+            "2.8.0.dev20250402+cu128",
+            ["NVIDIA GeForce RTX 5090", "NVIDIA GeForce RTX 5090"],
+        ),
+        ("YOLOv5 🚀 2021-4-24 torch 1.8.1+cu111 CUDA:0 (GeForce RTX 3090, 24268.3125MB)", "1.8.1+cu111", ["GeForce RTX 3090"]),
+        ("YOLOv5 🚀 v6.1 Python-3.8.10 torch-1.10.1+cu113 CPU", "1.10.1+cu113", []),
+    ],
+)
+def test_the_ultralytics_banner_names_torch_and_the_gpus(banner, torch, gpus):
+    facts = parse_report(banner)
+    assert facts.torch.version == torch
+    assert [d.name for d in facts.gpus.devices or []] == gpus
