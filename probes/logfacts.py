@@ -93,7 +93,8 @@ def exits(log: Log) -> tuple[list[int] | None, list[str] | None]:
         if code is not None and code.lstrip("-").isdigit():
             codes.append(int(code))
             names.append(_exit_signal(int(code)) or "")
-        names.append(sig.data.get("signal", ""))
+        signum = sig.data.get("signum")
+        names.append(sig.data.get("signal") or (_signal_name(int(signum)) if signum and signum.isdigit() else "") or "")
     if not codes and not any(names):
         return None, None
     return list(dict.fromkeys(codes))[:_MAX_LISTED], _ordered(names)
