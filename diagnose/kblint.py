@@ -123,8 +123,8 @@ def naming_offenders(rules: list[Rule]) -> dict[str, list[str]]:
 
 
 def private_references(kb: KB) -> list[str]:
-    """``RULE: reference 'REF' ...`` for each reference a reader cannot open: the loader still
-    takes ``seed:FILE`` (a note in a private folder), a rule's sources have to be public."""
+    """``RULE: reference 'REF' ...`` for each reference that is not public https: the loader takes
+    any URL, a rule's sources have to be pages a reader can open."""
     return [
         f"{rule.id}: reference {ref!r} is not a public https:// address: cite the thread it came from"
         for rule in kb.rules

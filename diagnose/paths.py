@@ -51,6 +51,7 @@ def known_paths() -> tuple[str, ...]:
             tp, _ = _unwrap(field.annotation)
             if _is_model(tp) and issubclass(tp, KeyedSection):
                 out.append(f"{path}.<NAME>")  # any key: packages.torch, env.RANK
+                out.extend(f"{path}.{derived}" for derived in getattr(tp, "derived", ()))
                 continue
             out.append(path)
             if _is_model(tp):

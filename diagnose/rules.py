@@ -425,8 +425,8 @@ class Rule(_Strict):
     @classmethod
     def _urls(cls, refs: list[str]) -> list[str]:
         for ref in refs:
-            if not re.match(r"^(https?://\S+|seed:\S+)$", ref):
-                raise ValueError(f"reference {ref!r} is neither a URL nor seed:FILE")
+            if not re.match(r"^https?://\S+$", ref):
+                raise ValueError(f"reference {ref!r} is not a URL: cite the public thread or page")
         return refs
 
     @field_validator("examples")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.kb import load_kb
+from diagnose.kb import KBError, load_kb
 from diagnose.kblint import full_facts, lint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,12 +87,19 @@ def test_a_pattern_naming_a_gpu_model_or_a_release_is_listed(tmp_path):
     assert problems[0].endswith("': 4090, a version number")
 
 
-@pytest.mark.parametrize("ref", ["seed:000_c7a549bc7e3b7d4c.txt", "http://example.org/forum/1"])
-def test_a_reference_a_reader_cannot_open_is_listed(tmp_path, ref):
+def test_a_reference_a_reader_cannot_open_is_listed(tmp_path):
+    ref = "http://example.org/forum/1"
     path = write_rule(tmp_path, "private-ref", "true")
     path.write_text(path.read_text(encoding="utf-8").replace("https://github.com/pytorch/pytorch/issues/1", ref), encoding="utf-8")
     assert lint(load_kb([tmp_path], shipped=False)) == [
         f"{path}: local.private-ref: reference {ref!r} is not a public https:// address: cite the thread it came from"]
+
+
+def test_a_private_note_as_a_reference_does_not_load(tmp_path):
+    path = write_rule(tmp_path, "private-ref", "true")
+    path.write_text(path.read_text(encoding="utf-8").replace("https://github.com/pytorch/pytorch/issues/1", "seed:000_c7a549bc7e3b7d4c.txt"), encoding="utf-8")
+    with pytest.raises(KBError, match="not a URL"):
+        load_kb([tmp_path], shipped=False)
 
 
 def test_kb_lint_exits_2_listing_each_problem(tmp_path):

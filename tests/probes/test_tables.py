@@ -224,8 +224,6 @@ def test_the_naming_check_catches_the_patterns_the_tables_replaced(tmp_path):
     assert all("a version number" in v for k, v in by_pattern.items() if "GB200" not in k)
 
 
-@pytest.mark.xfail(strict=True, reason="diagnose/paths.py known_paths() lists a keyed section as NAME.<NAME> only and "
-                   "skips its derived facts: the KeyedSection branch should also add each of tp.derived")
 def test_kb_paths_lists_the_derived_facts_built_on_the_tables():
     from diagnose.paths import known_paths
 
