@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from probes.facts import Facts, KeyedSection
+from probes.facts import MEASUREMENTS, Facts, KeyedSection, MicroTest
 
 
 class UnknownPath(ValueError):
@@ -83,6 +83,12 @@ def check_path(path: str) -> None:
             break
         tp, _ = _unwrap(field.annotation)
         if typing.get_origin(tp) is dict:
+            if part == "measurements" and model is MicroTest and rest:
+                test = parts[i - 1]
+                if rest[0] not in MEASUREMENTS.get(test, ()):
+                    hint = difflib.get_close_matches(rest[0], sorted(MEASUREMENTS.get(test, ())), n=1)
+                    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+                    raise UnknownPath(f"the {test} micro-test measures no '{rest[0]}'{suggestion}")
             if len(rest) <= 1:
                 return
             break

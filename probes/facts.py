@@ -547,6 +547,25 @@ TestStatus = Literal["passed", "failed", "timed_out", "skipped", "error"]
 Measurement = float | int | bool | str | None
 
 
+# What each micro-test measures (probes/microtests/judge.py fills them; `diagnose cluster` adds
+# joined/expected to rendezvous): rules may name these and no other, so a misspelt key is a load
+# error rather than a check that is never true.
+_SWEEP_SIZES = ("1KB", "4KB", "16KB", "64KB", "256KB", "1MB", "4MB", "16MB", "64MB")
+MEASUREMENTS: dict[str, frozenset[str]] = {
+    "rendezvous": frozenset({"init_s", "first_collective_s", "error_kind", "joined", "expected"}),
+    "barrier": frozenset({"barrier_s", "missing_ranks", "missing_count", "arrived_count"}),
+    "all_reduce": frozenset(
+        {"correct", "dtype", "algbw_gbps_max", "busbw_gbps_max", "busbw_gbps_avg"}
+        | {f"{kind}_{size}" for kind in ("time_us", "algbw_gbps", "busbw_gbps") for size in _SWEEP_SIZES}
+    ),
+    "placement": frozenset({"nvml_pids_matched", "nvml_error", "foreign_ranks_on_gpu0", "gpu0_foreign_ranks",
+                            "ranks_on_foreign_device", "foreign_device_ranks"}),
+    "duplicate_gpu": frozenset({"mode", "distinct_devices", "duplicates", "duplicate_ranks", "nccl_error",
+                                "nccl_rejects_shared"}),
+    "lightning_fit": frozenset({"strategy", "fit_s", "global_step", "loss_finite"}),
+}
+
+
 class MicroTest(_Model):
     status: TestStatus
     duration_s: float | None = None

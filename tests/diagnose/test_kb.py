@@ -58,6 +58,8 @@ def test_good_rule_loads(tmp_path):
         ("{{ nproc }}", "{{ nproc ", 10, "fix[0].snippet: template syntax error"),
         ("severity: warning", "severity: fatal", 3, "severity: Input should be 'error', 'warning' or 'info'"),
         ("ge: 2, weight: 2", "ge: 2, le: 4, weight: 2", 5, "exactly one operator"),
+        ("fact: gpus.count, ge: 2", "fact: microtests.placement.measurements.no_such_measure, ge: 1", 5,
+         "evidence[0].fact: the placement micro-test measures no 'no_such_measure'"),
         ("  - {expect: no-match, facts: {gpus: {count: 1}}}\n", "", 13, "missing no-match"),
         ("references: [https://example.org/issue/1]", "references: []", 11, "references: List should have at least 1 item"),
         ("{fact: gpus.count, ge: 2, weight: 2}", "{weight: 2}", 5, "evidence[0]: a check needs exactly one of the keys"),
