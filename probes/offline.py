@@ -223,7 +223,11 @@ def _from_signatures(facts: Facts) -> None:
                 facts.env.source = facts.env.source or "log"
         elif sig.id == "nccl_version" and "version" in data:
             _set(facts.torch, "nccl", data["version"].split("+")[0])
-        elif sig.id == "cuda_arch_incompatible" and "arch" in data and facts.gpus.devices is None:
+        elif sig.id == "cuda_arch_incompatible" and "arch" in data and not any(
+            d.compute_capability for d in facts.gpus.devices or []
+        ):
+            # torch's own warning names the device and its capability: more than a model named in prose
             arch = data["arch"][3:]
             capability = f"{arch[:-1]}.{arch[-1]}" if len(arch) >= 2 else None
-            _set(facts.gpus, "devices", [Gpu(index=0, name=data.get("gpu"), compute_capability=capability)])
+            facts.gpus.devices = [Gpu(index=0, name=data.get("gpu"), compute_capability=capability)]
+            facts.gpus.source = facts.gpus.source or "log"

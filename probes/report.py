@@ -219,6 +219,11 @@ class _Parser:
         kv = _KEY_VALUE.match(body)
         if kv:
             self.key_value(kv.group("key"), kv.group("value"))
+        elif _GPU_WORDS.search(body):
+            # a sentence that names a model ("使用两台NVIDIA A100-SXM4-80GB GPU", "on 4 RTX 3090s")
+            from probes.tables import shipped
+
+            self.found.named_gpus.extend(n for n in shipped().models_in(body) if n not in self.found.named_gpus)
 
     # --- whole-line formats ---------------------------------------------------------------
 

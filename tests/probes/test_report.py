@@ -280,3 +280,12 @@ def test_the_ultralytics_banner_names_torch_and_the_gpus(banner, torch, gpus):
     facts = parse_report(banner)
     assert facts.torch.version == torch
     assert [d.name for d in facts.gpus.devices or []] == gpus
+
+
+@pytest.mark.parametrize(
+    ("line", "names"),
+    [("- 使用两台NVIDIA A100-SXM4-80GB GPU", ["A100"]), ("I train on 4 RTX 3090 cards with DDP", ["RTX 3090"]),
+     ("the loss goes down fine", [])],
+)
+def test_a_sentence_naming_a_gpu_model_gives_that_model(line, names):
+    assert [d.name for d in parse_report(line).gpus.devices or []] == names
