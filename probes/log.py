@@ -158,7 +158,7 @@ import re2
 
 from probes.env import redact_text
 from probes.facts import Log, LogLine, Signature
-from probes.patterns import PatternSet, engine
+from probes.patterns import PatternSet, engine, without_captures
 from probes.signatures import Catalog, SignatureDef, shipped
 
 SHORT_LOG_LINES = 2000
@@ -224,8 +224,8 @@ _RE2_OPTIONS.max_mem = 64 << 20  # the combined patterns' DFA; smaller budgets t
 class _Matcher:
     """What the reader looks for. Per line (lowercased text): every literal of the catalog's
     signatures, the relevant words, its own state words and the caller's ``keep`` literals
-    (lines a rule's log pattern may match). Per block (UTF-8 bytes): ``signature_finders``,
-    RE2 patterns that flag every line where a signature or the reader's state can change,
+    (lines a rule's log pattern may match). Per block (UTF-8 bytes): ``signature_finder``,
+    an RE2 pattern that flags every line where a signature or the reader's state can change,
     and ``relevant_finder``, the lines holding a relevant word or a ``keep`` literal."""
 
     def __init__(self, catalog: Catalog, keep: frozenset[str]):
@@ -243,7 +243,7 @@ class _Matcher:
             prefixes = [w for w in words if word.startswith(w)]
             sigs = tuple({s.id: s for w in prefixes for s in by_literal.get(w, ())}.values())
             self.implied[word] = (sigs, any(w in relevant for w in prefixes))
-        self.signature_finders = _signature_finders(catalog)
+        self.signature_finder = _signature_finder(catalog)
         # per examined line, one multi-pattern pass says which signatures' patterns match
         self.signature_set = PatternSet(p for sig in catalog.signatures.values() for p in sig.patterns)
         in_set = set(self.signature_set.patterns)
@@ -294,25 +294,26 @@ def _literal_finder(words: Iterable[str]) -> Any:
     return re2.compile("(?i)" + "|".join(re2.escape(w) for w in sorted(words)), options=_RE2_OPTIONS)
 
 
-def _signature_finders(catalog: Catalog) -> tuple[Any, ...]:
-    """RE2 patterns over a block that flag a superset of the lines where a signature can match
-    or the reader's state changes. The signatures' own patterns, in two groups (the
-    case-insensitive ones together: mixed in one DFA they multiply its states); a pattern RE2
-    cannot run, or one anchored to the whole text, is found by its signature's literals."""
-    plain = [_TRACEBACK.pattern, _ROOT_CAUSE.pattern, _SUMMARY_RANK.pattern]
+def _signature_finder(catalog: Catalog) -> Any:
+    """One RE2 pattern over a block that flags a superset of the lines where a signature can
+    match or the reader's state changes: the signatures' own patterns, without their capturing
+    groups (only where a match is matters here, and submatch tracking would cost more than the
+    scan); a pattern RE2 cannot run, or one anchored to the whole text, is found by its
+    signature's literals. The case-insensitive ones sit in a group of their own so their flag
+    stays there."""
+    plain = [_TRACEBACK.pattern, _ROOT_CAUSE.pattern, without_captures(_SUMMARY_RANK.pattern)]
     folded: list[str] = []
     for sig in catalog.signatures.values():
         for pattern in sig.patterns:
             whole_text = any(anchor in pattern for anchor in ("\\A", "\\Z", "\\z"))
             if not whole_text and engine(pattern) == "re2":
-                (folded if "(?i)" in pattern else plain).append(pattern)
+                (folded if "(?i)" in pattern else plain).append(without_captures(pattern))
             else:
                 folded.extend(re2.escape(literal) for literal in sig.literals)
-    return tuple(
-        re2.compile("(?m)" + "|".join(f"(?:{p})" for p in group), options=_RE2_OPTIONS)
-        for group in (plain, ["(?i)(?:" + "|".join(folded) + ")"] if folded else [])
-        if group
-    )
+    groups = [f"(?:{p})" for p in plain]
+    if folded:
+        groups.append("(?i:" + "|".join(folded) + ")")
+    return re2.compile("(?m)" + "|".join(groups), options=_RE2_OPTIONS)
 
 
 @functools.cache
@@ -583,7 +584,7 @@ class _Reader:
         """Examine the lines where a signature or the reader's state can change, in order, and
         follow tracebacks; returns the indices of the relevant lines and of traceback lines."""
         s = self.s
-        flagged = sorted({i for finder in self.matcher.signature_finders for i in block.find(finder, 0, 0)} | _carriage_lines(block))
+        flagged = sorted({*block.find(self.matcher.signature_finder, 0, 0), *_carriage_lines(block)})
         relevant: set[int] = set()
         traceback: set[int] = set()
         i = 0

@@ -173,6 +173,36 @@ class _Bounded:
         return f"patterns.compile({self.pattern!r}) [re, first {self.window} characters of a line]"
 
 
+def without_captures(pattern: str) -> str:
+    """``pattern`` with every capturing group made non-capturing: the same matches, and for
+    RE2 a much faster search where only where a match is matters (submatch tracking in a big
+    alternation costs more than the scan itself)."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]" or pattern[i - 1] == "[" or pattern[i - 2 : i] == "[^"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            if pattern.startswith("(?P<", i):
+                i = pattern.index(">", i) + 1
+                out.append("(?:")
+                continue
+            if not pattern.startswith("(?", i):
+                out.append("(?:")
+                i += 1
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 class PatternSet:
     """Which of many patterns match somewhere in a text, in one pass (RE2's multi-pattern
     search) instead of one search each. Patterns RE2 cannot run are left out: ask them one
