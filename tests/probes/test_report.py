@@ -284,7 +284,7 @@ def test_the_ultralytics_banner_names_torch_and_the_gpus(banner, torch, gpus):
 
 @pytest.mark.parametrize(
     ("line", "names"),
-    [("- 使用两台NVIDIA A100-SXM4-80GB GPU", ["A100"]), ("I train on 4 RTX 3090 cards with DDP", ["RTX 3090"]),
+    [("- 使用两台NVIDIA A100-SXM4-80GB GPU", ["A100"]), ("I train on 4 RTX 3090 cards with DDP", ["GeForce RTX 3090"]),
      ("the loss goes down fine", [])],
 )
 def test_a_sentence_naming_a_gpu_model_gives_that_model(line, names):
