@@ -253,6 +253,13 @@ class _Matcher:
                 self.by_pattern.setdefault(pattern, []).append(sig)
         self.outside_set = [s for s in catalog.signatures.values() if any(p not in in_set for p in s.patterns)]
         self.relevant_finder = _literal_finder(relevant)
+        # on a short ASCII line without a carriage return, what the finder matched is what
+        # is_relevant would find; a non-ASCII word could fold onto ASCII text differently
+        self.ascii_words = all(w.isascii() for w in relevant)
+        # signatures whose match can name a rank: the only ones whose count key needs the match
+        self.ranked = {
+            sig.id for sig in catalog.signatures.values() if any("rank" in c.groupindex for c in (*sig.compiled, *sig.compiled_fields))
+        }
 
     def candidates(self, lowered: str) -> tuple[list[SignatureDef], bool]:
         """The signatures a line may match, in catalog order, and whether it is relevant."""
@@ -266,24 +273,27 @@ class _Matcher:
         order = self.catalog.order
         return sorted(found.values(), key=lambda s: order[s.id]), relevant
 
-    def examine(self, text: str) -> tuple[list[SignatureDef], bool]:
+    def examine(self, text: str) -> tuple[list[SignatureDef], bool, set[str]]:
         """``candidates``, narrowed to the signatures whose patterns match (one RE2 pass over the
-        line for all of them); a signature with anchors still needs one of them in the line."""
+        line for all of them); a signature with anchors still needs one of them in the line.
+        Also the ids of the candidates known to match (their own search cannot fail)."""
         lowered = text.lower()
         matching = self.signature_set.matching(text.encode("utf-8", errors="surrogatepass"))
         if matching is None:
-            return self.candidates(lowered)
+            return (*self.candidates(lowered), set())
         found = {
             sig.id: sig
             for pattern in matching
             for sig in self.by_pattern[pattern]
             if not sig.anchors or any(anchor in lowered for anchor in sig.anchors)
         }
+        confirmed = set(found)
         for sig in self.outside_set:  # a pattern RE2 cannot run: its literals select it, as before
             if any(literal in lowered for literal in sig.literals):
                 found.setdefault(sig.id, sig)
         order = self.catalog.order
-        return sorted(found.values(), key=lambda sig: order[sig.id]), self.relevant.search(lowered) is not None
+        candidates = sorted(found.values(), key=lambda sig: order[sig.id])
+        return candidates, self.relevant.search(lowered) is not None, confirmed
 
     def is_relevant(self, text: str) -> bool:
         """Whether a line (as examined) holds a relevant word or a ``keep`` literal."""
@@ -339,6 +349,8 @@ _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _STRIP_PREFIX = re.compile(
     r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,[^\]]*\]<std(?:out|err)>:|\d{1,5}:)\s?"
 )
+# signatures whose matches change the reader's state beyond their own count
+_STATEFUL = frozenset({"lightning_ddp_init", "child_failed"})
 _MAX_RANKS = 1 << 16  # distinct GLOBAL_RANK values tracked, to keep memory bounded
 _SUMMARY_SPAN = 8  # lines after "rank : N" that still belong to that rank's summary entry
 
@@ -354,10 +366,13 @@ class _Block:
     """One block of complete lines (UTF-8, joined by newlines, no trailing newline), with the
     lines looked at so far by index -> (start, end) byte offsets."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, finder: Any) -> None:
+        """``finder``: the block-wide pattern whose lines ``flagged`` lists; counting the lines
+        between its matches also counts the block's lines, so the bytes are counted once."""
         self.data = data
-        self.count = data.count(b"\n") + 1
         self.spans: dict[int, tuple[int, int]] = {}
+        self.count = 0
+        self.flagged = self.find(finder)
 
     def _end(self, start: int) -> int:
         end = self.data.find(b"\n", start)
@@ -419,6 +434,7 @@ class _Block:
         while True:
             m = search(data, pos)
             if m is None:
+                self.count = max(self.count, index + count(b"\n", pos) + 1)
                 return found
             at = m.start()
             index += count(b"\n", pos, at)
@@ -427,6 +443,7 @@ class _Block:
             found.append(index)
             pos = self.spans[index][1] + 1
             if pos > len(data):
+                self.count = max(self.count, index + 1)
                 return found
             index += 1
 
@@ -510,7 +527,7 @@ class _Reader:
     def _examine(self, no: int, text: str) -> bool:
         """Find signatures on one line and update rank state; True if the line is relevant."""
         s = self.s
-        candidates, relevant = self.matcher.examine(text)
+        candidates, relevant, confirmed = self.matcher.examine(text)
         rank, local = self._rank(text)
         summary = _SUMMARY_RANK.match(text) if "local_rank" in text else None
         if "Root Cause" in text and _ROOT_CAUSE.search(text):
@@ -524,7 +541,16 @@ class _Reader:
                                 {"first_failing_rank": summary.group("rank"), "local_rank": summary.group("local")})
         elif rank is None and no - s.summary_line <= _SUMMARY_SPAN:
             rank = s.summary_rank
+        full = len(s.signatures) >= MAX_SIGNATURES
         for sig in candidates:
+            if (
+                sig.id in confirmed
+                and sig.id not in self.matcher.ranked
+                and sig.id not in _STATEFUL
+                and (full or s.per_key.get((sig.id, rank), 0) >= MAX_PER_SIGNATURE)
+            ):
+                relevant = True  # it matches, and nothing more of it would be recorded
+                continue
             data = sig.match(text)
             if data is None:
                 continue
@@ -563,7 +589,7 @@ class _Reader:
 
     def _feed(self, data: bytes) -> None:
         s = self.s
-        block = _Block(data)
+        block = _Block(data, self.matcher.signature_finder)
         base, n = s.lines_read, block.count
         if base < SHORT_LOG_LINES:
             start = 0
@@ -584,7 +610,7 @@ class _Reader:
         """Examine the lines where a signature or the reader's state can change, in order, and
         follow tracebacks; returns the indices of the relevant lines and of traceback lines."""
         s = self.s
-        flagged = sorted({*block.find(self.matcher.signature_finder, 0, 0), *_carriage_lines(block)})
+        flagged = sorted({*block.flagged, *_carriage_lines(block)})
         relevant: set[int] = set()
         traceback: set[int] = set()
         i = 0
@@ -667,11 +693,15 @@ class _Reader:
 
     def _relevant_from(self, block: _Block, start: int, first_index: int) -> list[int]:
         """Indices of the lines, from byte ``start``, that hold a relevant word or keep literal."""
-        return [
-            i
-            for i in block.find(self.matcher.relevant_finder, start, first_index)
-            if self.matcher.is_relevant(block.text(i))
-        ]
+        matcher, data, spans = self.matcher, block.data, block.spans
+        found = []
+        for i in block.find(matcher.relevant_finder, start, first_index):
+            begin, end = spans[i]
+            if matcher.ascii_words and end - begin <= EXAMINE_CHARS and data.find(b"\r", begin, end) == -1 and data[begin:end].isascii():
+                found.append(i)
+            elif matcher.is_relevant(block.text(i)):
+                found.append(i)
+        return found
 
     def finish(self) -> Log:
         self._flush()
