@@ -254,8 +254,9 @@ class _Matcher:
         self.outside_set = [s for s in catalog.signatures.values() if any(p not in in_set for p in s.patterns)]
         self.relevant_finder = _literal_finder(relevant)
         # on a short ASCII line without a carriage return, what the finder matched is what
-        # is_relevant would find; a non-ASCII word could fold onto ASCII text differently
-        self.ascii_words = all(w.isascii() for w in relevant)
+        # is_relevant would find, unless a word's every non-ASCII letter case-folds to an ASCII
+        # one (the long s, the Kelvin sign): RE2 would find such a word in ASCII text
+        self.ascii_words = all(w.isascii() or any(ord(c) > 127 and c not in "\u017f\u212a" for c in w) for w in relevant)
         # signatures whose match can name a rank: the only ones whose count key needs the match
         self.ranked = {
             sig.id for sig in catalog.signatures.values() if any("rank" in c.groupindex for c in (*sig.compiled, *sig.compiled_fields))
