@@ -220,10 +220,13 @@ class _Parser:
         if kv:
             self.key_value(kv.group("key"), kv.group("value"))
         elif _GPU_WORDS.search(body):
-            # a sentence that names a model ("使用两台NVIDIA A100-SXM4-80GB GPU", "on 4 RTX 3090s")
+            # a sentence that names one model ("使用两台NVIDIA A100-SXM4-80GB GPU"); one that names
+            # two is a comparison ("with 3090 everything is fine"), not this job's hardware
             from probes.tables import shipped
 
-            self.found.named_gpus.extend(n for n in shipped().models_in(body) if n not in self.found.named_gpus)
+            named = shipped().models_in(body)
+            if len(named) == 1 and named[0] not in self.found.named_gpus:
+                self.found.named_gpus.append(named[0])
 
     # --- whole-line formats ---------------------------------------------------------------
 
