@@ -636,6 +636,8 @@ class NcclState(_Model):
     init_completed: bool = False  # "Init COMPLETE" or "Connected all rings" seen
     nranks: int | None = None
     shared_devices: list[str] = Field(default_factory=list)  # host:busId opened by two processes
+    hosts: list[str] = Field(default_factory=list)  # the hostnames NCCL's lines carry
+    last_line: str | None = None  # the last NCCL line kept: where a stalled init stopped
 
 
 class Log(Section):

@@ -21,6 +21,7 @@ from probes.hang import first_failure
 # torchrun report it as -N.
 _SHELL_SIGNAL_BASE = 128
 _MAX_LISTED = 16
+_MAX_LINE = 300
 
 
 def _signal_name(number: int) -> str | None:
@@ -59,6 +60,8 @@ def nccl_state(log: Log) -> NcclState | None:
             users.setdefault(f"{d.get('host', '?')}:{d['bus_id']}", set()).add(d["pid"])
     completed = "nccl_init_complete" in by_id or any(d.get("stage") == "COMPLETE" for d in inits)
     nranks = [int(d["nranks"]) for d in inits if d.get("nranks", "").isdigit()]
+    hosts = _ordered(d.get("host") for i in ("nccl_bootstrap", "nccl_net", "nccl_comm_init") for d in by_id.get(i, []))
+    last = next((line.text for line in reversed(log.lines or []) if "NCCL INFO" in line.text or "NCCL WARN" in line.text), None)
     return NcclState(
         net=next((d["net"] for d in by_id.get("nccl_net", []) if d.get("net")), None),
         interfaces=_ordered(d.get("interface") for i in ("nccl_bootstrap", "nccl_net") for d in by_id.get(i, [])),
@@ -66,6 +69,8 @@ def nccl_state(log: Log) -> NcclState | None:
         init_completed=completed,
         nranks=max(nranks) if nranks else None,
         shared_devices=sorted(k for k, pids in users.items() if len(pids) > 1)[:_MAX_LISTED],
+        hosts=hosts,
+        last_line=last[:_MAX_LINE] if last else None,
     )
 
 

@@ -28,6 +28,8 @@ def test_an_nccl_init_that_never_completes_is_a_fact_with_its_interface_and_vers
     assert log.nccl is not None
     assert (log.nccl_versions, log.nccl.net, log.nccl.interfaces) == (["2.4.8"], "Socket", ["eth0"])
     assert log.nccl.init_completed is False
+    assert log.nccl.hosts == ["jupyter-vmarkovtsev"]
+    assert "NCCL INFO" in log.nccl.last_line
 
 
 def test_ranks_that_print_different_nccl_versions_differ():
