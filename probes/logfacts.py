@@ -11,6 +11,7 @@ extract, so a new wording is a signature, not code here.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
 
@@ -43,6 +44,22 @@ def _ordered(values) -> list[str]:
     return list(dict.fromkeys(v for v in values if v))[:_MAX_LISTED]
 
 
+_LISTED_INTERFACE = re.compile(r"\[\d+\]([\w.-]+?)(?::|<|\s|$)")
+
+
+def _interfaces(sigs) -> list[str]:
+    """Every interface NCCL says it uses: the bootstrap one, and each one a NET line lists
+    ("NET/Socket : Using [0]bond0:10.0.0.1<0> [1]docker0:172.17.0.1<0>")."""
+    found: list[str] = []
+    for sig in sigs:
+        if sig.id == "nccl_bootstrap" and sig.data.get("interface"):
+            found.append(sig.data["interface"])
+        elif sig.id == "nccl_net":
+            listed = _LISTED_INTERFACE.findall(sig.excerpt.split("OOB")[0])
+            found.extend(listed or [sig.data.get("interface", "")])
+    return found
+
+
 def nccl_state(log: Log) -> NcclState | None:
     """What NCCL's own INFO lines say about init; None when the log holds none of them."""
     sigs = log.signatures or []
@@ -64,7 +81,7 @@ def nccl_state(log: Log) -> NcclState | None:
     last = next((line.text for line in reversed(log.lines or []) if "NCCL INFO" in line.text or "NCCL WARN" in line.text), None)
     return NcclState(
         net=next((d["net"] for d in by_id.get("nccl_net", []) if d.get("net")), None),
-        interfaces=_ordered(d.get("interface") for i in ("nccl_bootstrap", "nccl_net") for d in by_id.get(i, [])),
+        interfaces=_ordered(_interfaces(sigs)),
         transports=_ordered(d.get("transport") for d in by_id.get("nccl_transport", [])),
         init_completed=completed,
         nranks=max(nranks) if nranks else None,

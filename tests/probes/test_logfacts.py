@@ -113,3 +113,11 @@ def test_a_traceback_cut_short_still_gives_the_frame_it_reached():
     log = _case(ROOT / "tests" / "cases" / "hrnet-seg-171-nproc-more-than-visible-gpus.yaml")
     assert log.failure is not None and log.failure.user_frame.file == "tools/train.py"
     assert log.failure.user_frame.line == 98
+
+
+def test_every_interface_a_net_line_lists_is_an_interface_nccl_uses():
+    log = _log(
+        "node01:4128:4128 [0] NCCL INFO Bootstrap : Using bond0:10.1.2.3<0>\n"
+        "node01:4128:4128 [0] NCCL INFO NET/Socket : Using [0]bond0:10.1.2.3<0> [1]docker0:172.17.0.1<0> [2]br-5e3f:172.18.0.1<0>\n"
+    )
+    assert log.nccl.interfaces == ["bond0", "docker0", "br-5e3f"]
