@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _module(name: str, path: Path):
+def module(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
@@ -34,12 +34,14 @@ def _module(name: str, path: Path):
     return module
 
 
-def reader_at(rev: str):
-    """probes.log as it is at ``rev``, loaded beside the working tree's."""
-    source = subprocess.run(["git", "show", f"{rev}:probes/log.py"], cwd=ROOT, capture_output=True, check=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="log-at-")) / "log_at_rev.py"
+def module_at(rev: str, file: str):
+    """A module of the tree (``probes/log.py``) as it is at ``rev``, loaded beside the working
+    tree's under another name."""
+    source = subprocess.run(["git", "show", f"{rev}:{file}"], cwd=ROOT, capture_output=True, check=True).stdout
+    name = Path(file).stem + "_at_rev"
+    path = Path(tempfile.mkdtemp(prefix="at-rev-")) / f"{name}.py"
     path.write_bytes(source)
-    return _module("log_at_rev", path)
+    return module(name, path)
 
 
 def texts() -> list[tuple[str, bytes]]:
@@ -56,7 +58,7 @@ def texts() -> list[tuple[str, bytes]]:
 
 
 def long_logs(tmp: Path) -> list[tuple[str, bytes]]:
-    log_reader = _module("log_reader", ROOT / "bench" / "log_reader.py")
+    log_reader = module("log_reader", ROOT / "bench" / "log_reader.py")
     path = tmp / "nccl.log"
     log_reader.write_log(path, 24)
     # most lines relevant, so that retention runs from the newest block back; tracebacks,
@@ -95,7 +97,7 @@ def main(argv: list[str]) -> int:
     from diagnose.kb import load_kb
     from probes import log as new
 
-    old = reader_at(argv[0] if argv else "HEAD")
+    old = module_at(argv[0] if argv else "HEAD", "probes/log.py")
     keep = sorted(load_kb().log_literals)
     with tempfile.TemporaryDirectory() as tmp:
         inputs = texts() + long_logs(Path(tmp))

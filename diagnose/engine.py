@@ -328,9 +328,26 @@ def render_fixes(rule: Rule, context: dict[str, Any]) -> list[RenderedFix]:
     fixes = []
     for fix in rule.fix:
         # a template that cannot render on these facts still shows its source, with why
-        snippet = render_fix(fix.snippet, fix.template, context)
+        snippet = _static_fix(fix)
+        if snippet is None:
+            snippet = render_fix(fix.snippet, fix.template, context)
         fixes.append(RenderedFix(title=fix.title, kind=fix.kind, language=fix.language, snippet=snippet))
     return fixes
+
+
+_STATIC_FIXES: dict[tuple[str, int], str | None] = {}
+
+
+def _static_fix(fix: Any) -> str | None:
+    """The rendered snippet of a fix whose template has no tag, expression or comment (it reads
+    nothing of the facts, so it renders the same every time: once), else None."""
+    key = (fix.snippet, id(fix.template.environment))
+    if key not in _STATIC_FIXES:
+        env = fix.template.environment
+        marks = (env.block_start_string, env.variable_start_string, env.comment_start_string)
+        plain = not any(m in fix.snippet for m in marks) and env.line_statement_prefix is None and env.line_comment_prefix is None
+        _STATIC_FIXES[key] = render_fix(fix.snippet, fix.template, {}) if plain else None
+    return _STATIC_FIXES[key]
 
 
 def _rank_key(finding: Finding) -> tuple:
@@ -343,25 +360,75 @@ def _explains(rule: Rule, symptom: str) -> bool:
     return any(e == symptom or e.startswith(symptom + ".") or symptom.startswith(e + ".") for e in rule.explains)
 
 
-def _judge(rule: Rule, ctx: _Context, observed: dict[str, list[str]]) -> tuple[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the engine needs of a rule that depends on the rule alone, worked out once."""
+
+    rule: Rule
+    gate: tuple[tuple[Any, Any], ...]  # (check, evaluator)
+    evidence: tuple[tuple[Any, Any, bool], ...]  # (check, evaluator, weight > 0)
+    # the most the evidence after each one can still add: past the point where the score can no
+    # longer reach min_score, a rule explaining no observed symptom cannot become a finding
+    reachable: tuple[float, ...]
+
+
+def _plan(rule: Rule, plans: dict[int, _Plan]) -> _Plan:
+    plan = plans.get(id(rule))
+    if plan is None or plan.rule is not rule:  # the plan holds its rule, so an id is never reused
+        weights = [c.weight for c in rule.evidence]
+        reachable = tuple(sum(w for w in weights[i + 1 :] if w > 0) for i in range(len(weights)))
+        plan = plans[id(rule)] = _Plan(
+            rule,
+            tuple((c, _EVALUATORS[type(c)]) for c in rule.when),
+            tuple((c, _EVALUATORS[type(c)], c.weight > 0) for c in rule.evidence),
+            reachable,
+        )
+    return plan
+
+
+def _plans(kb: KB) -> dict[int, _Plan]:
+    """The plans of a KB's rules, kept with the KB (rules are immutable; a KB's list may change)."""
+    plans = kb.__dict__.get("_engine_plans")
+    if plans is None:
+        plans = kb.__dict__["_engine_plans"] = {}
+    return plans
+
+
+def _unknown(check: Any, evaluator: Any, ctx: _Context) -> bool:
+    """Whether a check's state is unknown, without searching the log when only that matters."""
+    if evaluator is _log:
+        return ctx.facts.log.lines is None
+    if evaluator is _signature:
+        return ctx.facts.log.signatures is None
+    return evaluator(check, ctx).state == UNKNOWN
+
+
+def _judge(plan: _Plan, ctx: _Context, observed: dict[str, list[str]]) -> tuple[str, Any]:
     """One rule over the facts: which list of the report it joins, and its entry there."""
-    gate = [(check, _evaluate(check, ctx)) for check in rule.when]
+    rule = plan.rule
+    gate = [(check, evaluator(check, ctx)) for check, evaluator in plan.gate]
     failed = next((c for c, r in gate if r.state == NOT_FIRED), None)
     if failed is not None:
         kind, what, expected = failed.display
         return "ruled_out", _outcome(rule, f"{what} is not {expected}")
     gate_unknown = [c for c, r in gate if r.state == UNKNOWN]
+    explained = [s for s in observed if _explains(rule, s)]
     results, unknown, score, fired = [], [], 0.0, False
-    for check in rule.evidence:  # one pass: this loop is the engine's hot path
-        result = _EVALUATORS[type(check)](check, ctx)
+    settled = False  # whether the evidence left can still make the rule a finding
+    for i, (check, evaluator, positive) in enumerate(plan.evidence):  # the engine's hot path
+        if settled:
+            if positive and _unknown(check, evaluator, ctx):
+                unknown.append(check)
+            continue
+        result = evaluator(check, ctx)
         results.append((check, result))
         if result.state == FIRED:
             score += check.weight
-            fired = fired or check.weight > 0
-        elif result.state == UNKNOWN and check.weight > 0:
+            fired = fired or positive
+        elif result.state == UNKNOWN and positive:
             unknown.append(check)
+        settled = not explained and score + plan.reachable[i] < rule.min_score - 1e-9
     score = round(score, 3)
-    explained = [s for s in observed if _explains(rule, s)]
     decisive = fired and score >= rule.min_score
     if decisive or (explained and score >= 0):
         total = round(score + (PRIOR_WEIGHT * rule.prior if explained else 0.0), 3)
@@ -419,8 +486,9 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         "findings": findings, "candidates": candidates, "possible": possible,
         "not_checked": not_checked, "ruled_out": ruled_out,
     }  # fmt: skip
+    plans = _plans(kb)
     for rule in kb.rules:
-        bucket, entry = _guarded(rule, kb, lambda rule=rule: _judge(rule, ctx, observed))
+        bucket, entry = _guarded(rule, kb, lambda rule=rule: _judge(_plan(rule, plans), ctx, observed))
         buckets[bucket].append(entry)
 
     candidates.sort(key=lambda candidate: candidate[0])
