@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from jinja2 import meta
 from packaging.version import InvalidVersion, Version
 
 from diagnose import __version__
@@ -122,6 +123,11 @@ class _Result:
     lines: list[str] = field(default_factory=list)
 
 
+# the commonest results, shared (a result is never changed once made)
+_UNKNOWN = _Result(UNKNOWN)
+_NO_LOG_MATCH = _Result(NOT_FIRED, 0)
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         return float(value)
@@ -211,12 +217,15 @@ def _log(check: LogCheck, ctx: _Context) -> _Result:
 def _log_result(check: LogCheck, ctx: _Context) -> _Result:
     lines = ctx.facts.log.lines
     if lines is None:
-        return _Result(UNKNOWN)
+        return _UNKNOWN
     matching = ctx.log_matching if check.on_re2 else None
     if matching is not None:
         if check.log not in matching:
-            return _Result(NOT_FIRED, 0)  # most log checks end here: one pass answered them all
-    elif check.whole_text is not None and check.whole_text.search(ctx.log_bytes if check.on_re2 else ctx.log_text) is None:
+            return _NO_LOG_MATCH  # most log checks end here: one pass answered them all
+    elif (
+        check.whole_text is not None
+        and check.whole_text.search(ctx.log_bytes if check.on_re2 else ctx.log_text) is None
+    ):
         return _Result(NOT_FIRED, 0)
     if check.literals is not None:
         # every match lies within one line and holds one of the literals: test only those lines
@@ -262,7 +271,9 @@ def _hang(check: HangCheck, ctx: _Context) -> _Result:
     hits = [bool(check.regex.search(p)) for p in places]
     held = {"any": any(hits), "all": all(hits), "some": any(hits) and not all(hits)}[check.ranks]
     # where each rank waits, matching ranks first: the code line a fix has to change
-    lines = [_hang_line(r) for _, r in sorted(zip(hits, ranks), key=lambda p: not p[0])][:8] if held else []
+    lines = (
+        [_hang_line(r) for _, r in sorted(zip(hits, ranks, strict=True), key=lambda p: not p[0])][:8] if held else []
+    )
     return _Result(FIRED if held else NOT_FIRED, sorted(set(places)), lines)
 
 
@@ -328,26 +339,46 @@ def render_fixes(rule: Rule, context: dict[str, Any]) -> list[RenderedFix]:
     fixes = []
     for fix in rule.fix:
         # a template that cannot render on these facts still shows its source, with why
-        snippet = _static_fix(fix)
+        snippet = _reused_render(fix, context)
         if snippet is None:
             snippet = render_fix(fix.snippet, fix.template, context)
         fixes.append(RenderedFix(title=fix.title, kind=fix.kind, language=fix.language, snippet=snippet))
     return fixes
 
 
-_STATIC_FIXES: dict[tuple[str, int], str | None] = {}
+# what a template may read besides the whole facts: small values, so a render is reused by them
+_SMALL_INPUTS = ("nproc", "packages", "env")
 
 
-def _static_fix(fix: Any) -> str | None:
-    """The rendered snippet of a fix whose template has no tag, expression or comment (it reads
-    nothing of the facts, so it renders the same every time: once), else None."""
-    key = (fix.snippet, id(fix.template.environment))
-    if key not in _STATIC_FIXES:
-        env = fix.template.environment
-        marks = (env.block_start_string, env.variable_start_string, env.comment_start_string)
-        plain = not any(m in fix.snippet for m in marks) and env.line_statement_prefix is None and env.line_comment_prefix is None
-        _STATIC_FIXES[key] = render_fix(fix.snippet, fix.template, {}) if plain else None
-    return _STATIC_FIXES[key]
+@functools.lru_cache(maxsize=1024)
+def _template_inputs(snippet: str, environment: Any) -> tuple[str, ...] | None:
+    """The names of the render context a fix's template reads, or None when it reads the facts
+    (or any name beyond the small inputs)."""
+    names = meta.find_undeclared_variables(environment.parse(snippet))
+    return tuple(n for n in _SMALL_INPUTS if n in names) if names <= set(_SMALL_INPUTS) else None
+
+
+def _reused_render(fix: Any, context: dict[str, Any]) -> str | None:
+    """The fix rendered, reused across snapshots when its template reads only small inputs (the
+    number of processes, the packages, the environment: the same values render the same), or
+    None when it reads the facts and must be rendered for these."""
+    try:
+        inputs = _template_inputs(fix.snippet, fix.template.environment)
+    except Exception:  # noqa: BLE001 - a template that does not parse renders (and says why) below
+        return None
+    if inputs is None:
+        return None
+    try:
+        key = tuple(context[n] if n == "nproc" else tuple(context[n].items()) for n in inputs)
+        return _rendered(fix.snippet, fix.template, inputs, key)
+    except TypeError:  # a value that cannot be a key: render it for these facts
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _rendered(snippet: str, template: Any, inputs: tuple[str, ...], key: tuple[Any, ...]) -> str:
+    values = {n: v if n == "nproc" else dict(v) for n, v in zip(inputs, key, strict=True)}
+    return render_fix(snippet, template, values)
 
 
 def _rank_key(finding: Finding) -> tuple:
@@ -365,62 +396,107 @@ class _Plan:
     """What the engine needs of a rule that depends on the rule alone, worked out once."""
 
     rule: Rule
-    gate: tuple[tuple[Any, Any], ...]  # (check, evaluator)
-    evidence: tuple[tuple[Any, Any, bool], ...]  # (check, evaluator, weight > 0)
+    gate: tuple[tuple[Any, Any, Any], ...]  # (check, evaluator, key of its shared result or None)
+    evidence: tuple[tuple[Any, Any, Any, bool], ...]  # (check, evaluator, key, weight > 0)
     # the most the evidence after each one can still add: past the point where the score can no
     # longer reach min_score, a rule explaining no observed symptom cannot become a finding
     reachable: tuple[float, ...]
+    explains: dict[str, bool] = field(default_factory=dict)  # observed symptom -> explained
 
 
-def _plan(rule: Rule, plans: dict[int, _Plan]) -> _Plan:
+def _step(check: Any) -> tuple[Any, Any, Any]:
+    """How the hot loop evaluates a check: the uncached evaluator and the key its result is
+    shared under (the same as ``_fact`` and ``_log`` use), or the evaluator itself."""
+    if type(check) is FactCheck:
+        return check, _fact_result, check.key
+    if type(check) is LogCheck:
+        return check, _log_result, check.log
+    return check, _EVALUATORS[type(check)], None
+
+
+# rule id() -> its plan; a plan holds its rule, so an id stays its rule's while it is here
+_PLANS: dict[int, _Plan] = {}
+_MAX_PLANS = 20_000  # forgotten all at once past this many (KBs loaded again and again)
+
+
+def _plan(rule: Rule) -> _Plan:
+    plans = _PLANS
     plan = plans.get(id(rule))
-    if plan is None or plan.rule is not rule:  # the plan holds its rule, so an id is never reused
+    if plan is None:
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
         weights = [c.weight for c in rule.evidence]
         reachable = tuple(sum(w for w in weights[i + 1 :] if w > 0) for i in range(len(weights)))
         plan = plans[id(rule)] = _Plan(
             rule,
-            tuple((c, _EVALUATORS[type(c)]) for c in rule.when),
-            tuple((c, _EVALUATORS[type(c)], c.weight > 0) for c in rule.evidence),
+            tuple(_step(c) for c in rule.when),
+            tuple((*_step(c), c.weight > 0) for c in rule.evidence),
             reachable,
         )
     return plan
 
 
-def _plans(kb: KB) -> dict[int, _Plan]:
-    """The plans of a KB's rules, kept with the KB (rules are immutable; a KB's list may change)."""
-    plans = kb.__dict__.get("_engine_plans")
-    if plans is None:
-        plans = kb.__dict__["_engine_plans"] = {}
-    return plans
+def _result(check: Any, evaluator: Any, key: Any, ctx: _Context) -> _Result:
+    if key is None:
+        return evaluator(check, ctx)
+    result = ctx.results.get(key)
+    if result is None:
+        result = ctx.results[key] = evaluator(check, ctx)
+    return result
 
 
-def _unknown(check: Any, evaluator: Any, ctx: _Context) -> bool:
+def _unknown(check: Any, evaluator: Any, key: Any, ctx: _Context) -> bool:
     """Whether a check's state is unknown, without searching the log when only that matters."""
-    if evaluator is _log:
+    if evaluator is _log_result:
         return ctx.facts.log.lines is None
     if evaluator is _signature:
         return ctx.facts.log.signatures is None
-    return evaluator(check, ctx).state == UNKNOWN
+    return _result(check, evaluator, key, ctx).state == UNKNOWN
+
+
+def _explained(plan: _Plan, observed: dict[str, list[str]]) -> list[str]:
+    explains = plan.explains
+    found = []
+    for symptom in observed:
+        hit = explains.get(symptom)
+        if hit is None:
+            hit = explains[symptom] = _explains(plan.rule, symptom)
+        if hit:
+            found.append(symptom)
+    return found
 
 
 def _judge(plan: _Plan, ctx: _Context, observed: dict[str, list[str]]) -> tuple[str, Any]:
     """One rule over the facts: which list of the report it joins, and its entry there."""
     rule = plan.rule
-    gate = [(check, evaluator(check, ctx)) for check, evaluator in plan.gate]
-    failed = next((c for c, r in gate if r.state == NOT_FIRED), None)
-    if failed is not None:
-        kind, what, expected = failed.display
-        return "ruled_out", _outcome(rule, f"{what} is not {expected}")
-    gate_unknown = [c for c, r in gate if r.state == UNKNOWN]
-    explained = [s for s in observed if _explains(rule, s)]
+    gate, gate_unknown = [], []
+    for check, evaluator, key in plan.gate:  # the first condition that fails settles the rule
+        result = _result(check, evaluator, key, ctx)
+        if result.state == NOT_FIRED:
+            kind, what, expected = check.display
+            return "ruled_out", _outcome(rule, f"{what} is not {expected}")
+        gate.append((check, result))
+        if result.state == UNKNOWN:
+            gate_unknown.append(check)
+    explained = _explained(plan, observed)
     results, unknown, score, fired = [], [], 0.0, False
     settled = False  # whether the evidence left can still make the rule a finding
-    for i, (check, evaluator, positive) in enumerate(plan.evidence):  # the engine's hot path
+    cache = ctx.results
+    # the rules' log patterns that match somewhere in the log: a check on any other needs no call
+    matching = ctx.log_matching if ctx.facts.log.lines is not None else None
+    for i, (check, evaluator, key, positive) in enumerate(plan.evidence):  # the engine's hot path
         if settled:
-            if positive and _unknown(check, evaluator, ctx):
+            if positive and _unknown(check, evaluator, key, ctx):
                 unknown.append(check)
             continue
-        result = evaluator(check, ctx)
+        if key is None:
+            result = evaluator(check, ctx)
+        elif evaluator is _log_result and matching is not None and key not in matching and check.on_re2:
+            result = _NO_LOG_MATCH
+        else:
+            result = cache.get(key)
+            if result is None:
+                result = cache[key] = evaluator(check, ctx)
         results.append((check, result))
         if result.state == FIRED:
             score += check.weight
@@ -486,9 +562,8 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         "findings": findings, "candidates": candidates, "possible": possible,
         "not_checked": not_checked, "ruled_out": ruled_out,
     }  # fmt: skip
-    plans = _plans(kb)
     for rule in kb.rules:
-        bucket, entry = _guarded(rule, kb, lambda rule=rule: _judge(_plan(rule, plans), ctx, observed))
+        bucket, entry = _guarded(rule, kb, lambda rule=rule: _judge(_plan(rule), ctx, observed))
         buckets[bucket].append(entry)
 
     candidates.sort(key=lambda candidate: candidate[0])
@@ -526,6 +601,4 @@ def evaluate(facts: Facts, kb: KB) -> Report:
 
 
 def _outcome(rule: Rule, reason: str, missing: list[str] | None = None) -> RuleOutcome:
-    return RuleOutcome(
-        id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing or []
-    )
+    return RuleOutcome(id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing or [])
