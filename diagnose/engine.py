@@ -75,6 +75,17 @@ class _Context:
         return render_context(self.facts)
 
     @cached_property
+    def signatures(self) -> dict[str, list[Any]] | None:
+        """The log's signatures by id, in log order (one pass, not one per signature check)."""
+        signatures = self.facts.log.signatures
+        if signatures is None:
+            return None
+        found: dict[str, list[Any]] = {}
+        for signature in signatures:
+            found.setdefault(signature.id, []).append(signature)
+        return found
+
+    @cached_property
     def log_text(self) -> str | None:
         lines = self.facts.log.lines
         return None if lines is None else "\n".join(line.text for line in lines)
@@ -125,7 +136,7 @@ class _Result:
 
 # the commonest results, shared (a result is never changed once made)
 _UNKNOWN = _Result(UNKNOWN)
-_NO_LOG_MATCH = _Result(NOT_FIRED, 0)
+_NO_LOG_MATCH = _Result(NOT_FIRED, 0)  # no line and no signature of the log
 
 
 def _number(value: Any) -> float | None:
@@ -244,12 +255,12 @@ def _excerpt(no: int, rank: int | None, text: str) -> str:
 
 
 def _signature(check: SignatureCheck, ctx: _Context) -> _Result:
-    signatures = ctx.facts.log.signatures
-    if signatures is None:
-        return _Result(UNKNOWN)
-    hits = [s for s in signatures if s.id == check.signature]
+    found = ctx.signatures
+    if found is None:
+        return _UNKNOWN
+    hits = found.get(check.signature)
     if not hits:
-        return _Result(NOT_FIRED, 0)
+        return _NO_LOG_MATCH
     return _Result(FIRED, len(hits), [_excerpt(s.line, s.rank, s.excerpt) for s in hits[:EXCERPTS]])
 
 
@@ -411,6 +422,8 @@ def _step(check: Any) -> tuple[Any, Any, Any]:
         return check, _fact_result, check.key
     if type(check) is LogCheck:
         return check, _log_result, check.log
+    if type(check) is SignatureCheck:
+        return check, _signature, ("signature", check.signature)
     return check, _EVALUATORS[type(check)], None
 
 
