@@ -15,7 +15,9 @@ from probes.snapshot import load_snapshot
 SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
 
 
-def rule(rule_id: str = "t.rule", *, when=(), evidence, min_score: float = 1, severity: str = "error", snippet: str = "x") -> Rule:
+def rule(
+    rule_id: str = "t.rule", *, when=(), evidence, min_score: float = 1, severity: str = "error", snippet: str = "x"
+) -> Rule:
     return Rule.model_validate(
         {
             "id": rule_id,
@@ -117,7 +119,12 @@ def test_exists_distinguishes_absent_from_unknown():
 
 
 def test_microtest_and_variant_checks():
-    r = rule(evidence=[{"microtest": "all_reduce", "status": "timed_out", "weight": 2}, {"microtest": "all_reduce", "variant": "p2p_disabled", "status": "passed", "weight": 5}])
+    r = rule(
+        evidence=[
+            {"microtest": "all_reduce", "status": "timed_out", "weight": 2},
+            {"microtest": "all_reduce", "variant": "p2p_disabled", "status": "passed", "weight": 5},
+        ]
+    )
     tests = MicroTests(all_reduce=MicroTest(status="timed_out", variants={"p2p_disabled": "passed"}))
     finding = evaluate(Facts(microtests=tests), kb(r)).findings[0]
     assert finding.score == 7
@@ -130,12 +137,20 @@ def test_evidence_items_carry_observed_and_log_lines():
     facts.gpus = gpus("A", "B")
     finding = evaluate(facts, kb(r)).findings[0]
     fact, log = finding.evidence
-    assert (fact.what, fact.observed, fact.expected, fact.state, fact.label) == ("gpus.count", 2, ">= 2", "fired", "several GPUs")
+    assert (fact.what, fact.observed, fact.expected, fact.state, fact.label) == (
+        "gpus.count",
+        2,
+        ">= 2",
+        "fired",
+        "several GPUs",
+    )
     assert log.lines == ["line 2: NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000"]
 
 
 def test_fix_is_rendered_with_facts_in_a_sandbox():
-    r = rule(evidence=[{"fact": "gpus.count", "ge": 1}], snippet="devices={{ nproc }} on {{ facts.gpus.devices[0].name }}")
+    r = rule(
+        evidence=[{"fact": "gpus.count", "ge": 1}], snippet="devices={{ nproc }} on {{ facts.gpus.devices[0].name }}"
+    )
     finding = evaluate(Facts(gpus=gpus("A100", "A100")), kb(r)).findings[0]
     assert finding.fixes[0].snippet == "devices=2 on A100"
 
@@ -238,3 +253,52 @@ def test_a_raising_kb_rule_keeps_the_exit_code_of_the_findings(tmp_path):
     assert proc.returncode == plain.returncode != 3, proc.stderr
     reasons = [o["reason"] for o in json.loads(proc.stdout)["not_checked"] if o["id"] == "site.raises"]
     assert reasons and reasons[0].startswith("internal.rule-error: ")
+
+
+def test_a_rule_that_can_no_longer_reach_its_threshold_still_says_what_was_unknown():
+    """Once its score cannot reach min_score the rule stops searching the log, but the evidence
+    it could not check (an unknown fact after the log checks) is still what it asks for."""
+    r = rule(
+        evidence=[
+            {"log": "never here", "weight": 3},
+            {"log": "nor here", "weight": 1},
+            {"fact": "gpus.count", "ge": 2, "weight": 1},
+        ],
+        min_score=4,
+    )
+    report = evaluate(with_log("an ordinary line"), kb(r))
+    assert not report.findings
+    assert [o.missing for o in report.not_checked + report.possible] == [["gpus.count"]]
+    facts = with_log("an ordinary line")
+    facts.gpus = gpus("A", "B")
+    assert evaluate(facts, kb(r)).ruled_out[0].reason == "none of its evidence was seen"
+
+
+def test_a_fix_reading_only_nproc_renders_for_each_snapshots_value():
+    r = rule(evidence=[{"log": "boom"}], snippet="torchrun --nproc-per-node {{ nproc }} train.py")
+    one, four = with_log("boom"), with_log("boom")
+    four.gpus = gpus("A", "B", "C", "D")
+    fixes = [evaluate(f, kb(r)).findings[0].fixes[0].snippet for f in (one, four, one)]
+    assert fixes == [
+        "torchrun --nproc-per-node 2 train.py",
+        "torchrun --nproc-per-node 4 train.py",
+        "torchrun --nproc-per-node 2 train.py",
+    ]
+
+
+def test_signature_evidence_shows_its_occurrences_in_log_order():
+    from probes.facts import Signature
+
+    facts = with_log("x")
+    ids = ["cuda_oom", "nccl_warn", "cuda_oom", "cuda_oom", "cuda_oom"]
+    facts.log.signatures = [Signature(id=s, line=n, excerpt=f"{s} at {n}") for n, s in enumerate(ids, 1)]
+    report = evaluate(
+        facts, kb(rule(evidence=[{"signature": "cuda_oom"}]), rule("t.other", evidence=[{"signature": "cuda_error"}]))
+    )
+    assert report.findings[0].evidence[0].observed == 4
+    assert report.findings[0].evidence[0].lines == [
+        "line 1: cuda_oom at 1",
+        "line 3: cuda_oom at 3",
+        "line 4: cuda_oom at 4",
+    ]
+    assert report.ruled_out[0].id == "t.other"

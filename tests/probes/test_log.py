@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import re
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from probes.signatures import shipped
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 
+
 def fixture(name: str) -> Log:
     return read_log(FIXTURES / name, name)
 
@@ -27,9 +27,12 @@ def sigs(log: Log, sig_id: str):
 
 
 CATALOG = shipped()
-EXAMPLES = [(sig.id, kind, i, line) for sig in CATALOG.signatures.values()
-            for kind, lines in (("match", sig.examples.match), ("no_match", sig.examples.no_match))
-            for i, line in enumerate(lines)]
+EXAMPLES = [
+    (sig.id, kind, i, line)
+    for sig in CATALOG.signatures.values()
+    for kind, lines in (("match", sig.examples.match), ("no_match", sig.examples.no_match))
+    for i, line in enumerate(lines)
+]
 
 
 @pytest.mark.parametrize("sig_id,kind,i,line", EXAMPLES, ids=[f"{e[0]}::{e[1]}{e[2]}" for e in EXAMPLES])
@@ -72,7 +75,10 @@ def test_watchdog_behind_paste_line_numbers():
 def test_watchdog_torch1_after_a_progress_bar():
     found = sigs(fixture("watchdog_torch1.log"), "nccl_watchdog_timeout")
     assert [(s.rank, s.data["seq"], s.data["ran_ms"]) for s in found] == [
-        (0, "96120", "25624887"), (0, "96117", "25625613"), (7, "64088", "25625251")]
+        (0, "96120", "25624887"),
+        (0, "96117", "25625613"),
+        (7, "64088", "25625251"),
+    ]
 
 
 def test_torchrun_summary_names_the_first_failing_rank():
@@ -116,8 +122,12 @@ def test_cuda_oom_across_torch_versions():
 
 def test_duplicate_global_rank_from_lightning_banners():
     text = "\n".join(
-        ["initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8", "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
-         "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8"])
+        [
+            "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8",
+            "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+            "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8",
+        ]
+    )
     log = log_from_text(text)
     (dup,) = sigs(log, "duplicate_global_rank")
     assert dup.rank == 1 and dup.line == 3
@@ -150,8 +160,13 @@ def test_short_log_keeps_every_line():
 def test_long_log_keeps_head_tail_errors_and_tracebacks():
     lines = [f"step {i} loss 0.1" for i in range(100_000)]
     lines[50_000] = "RuntimeError: CUDA error: an illegal memory access was encountered"
-    lines[70_000:70_005] = ["Traceback (most recent call last):", '  File "train.py", line 9, in <module>',
-                            "    torch.load(path)", "ValueError: bad", "step after"]
+    lines[70_000:70_005] = [
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        "    torch.load(path)",
+        "ValueError: bad",
+        "step after",
+    ]
     log = read_log(iter(lines), "big")
     kept = {line.no: line.text for line in log.lines}
     assert log.lines_read == 100_000
@@ -177,8 +192,14 @@ def test_sources(tmp_path, monkeypatch):
     path = tmp_path / "train.log"
     path.write_bytes(text.encode())
     expected = ["a", "RuntimeError: Address already in use"]
-    for source in (path, str(path), io.StringIO(text), io.BytesIO(text.encode()), text.splitlines(),
-                   [b"a", b"RuntimeError: Address already in use"]):
+    for source in (
+        path,
+        str(path),
+        io.StringIO(text),
+        io.BytesIO(text.encode()),
+        text.splitlines(),
+        [b"a", b"RuntimeError: Address already in use"],
+    ):
         log = read_log(source, "x")
         assert [line.text for line in log.lines] == expected, source
         assert log.signature_ids == ["address_in_use", "python_exception"]
@@ -212,7 +233,7 @@ def test_binary_tail_after_text_is_tolerated():
 
 def test_empty_truncated_and_mixed_encodings():
     assert read_log(io.BytesIO(b""), "e").lines == [] and read_log(io.BytesIO(b""), "e").lines_read == 0
-    truncated = "RuntimeError: CUDA out of memory. Tried to allocate 2.87 GiB (GPU 0; 14.76".encode()
+    truncated = b"RuntimeError: CUDA out of memory. Tried to allocate 2.87 GiB (GPU 0; 14.76"
     assert {"cuda_oom", "python_exception"} <= set(read_log(io.BytesIO(truncated), "t").signature_ids)
     mixed = "caf\u00e9 ok\n".encode() + "caf\u00e9 latin-1\n".encode("latin-1") + "\u00e9\u4e2d\n".encode("utf-8")[:-2]
     log = read_log(io.BytesIO(mixed), "m")
@@ -233,8 +254,11 @@ def test_a_huge_line_without_newlines_is_cut():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from([e[3] for e in EXAMPLES if e[1] == "match"]), st.text(max_size=120)),
-                max_size=60))
+@given(
+    st.lists(
+        st.one_of(st.sampled_from([e[3] for e in EXAMPLES if e[1] == "match"]), st.text(max_size=120)), max_size=60
+    )
+)
 def test_fuzz_text_never_raises(lines):
     try:
         log = log_from_text("\n".join(lines))
@@ -271,8 +295,11 @@ def test_retention_does_not_depend_on_block_sizes(monkeypatch):
     lines = []
     for i in range(40_000):
         if i % 997 == 0:
-            lines += [f"[rank{i % 4}]:Traceback (most recent call last):", f'[rank{i % 4}]:  File "t.py", line {i}',
-                      f"[rank{i % 4}]:RuntimeError: CUDA error: out of memory {i}"]
+            lines += [
+                f"[rank{i % 4}]:Traceback (most recent call last):",
+                f'[rank{i % 4}]:  File "t.py", line {i}',
+                f"[rank{i % 4}]:RuntimeError: CUDA error: out of memory {i}",
+            ]
         elif i % 7 == 0:
             lines.append(f"Epoch 1: {i}it [00:10, loss=0.{i}]\r")
         elif i % 3 == 0:
@@ -287,3 +314,23 @@ def test_retention_does_not_depend_on_block_sizes(monkeypatch):
     small = log_from_text(text, keep=["loss="])
     assert small == whole
     assert len(whole.lines) >= logmod.MAX_RETAINED  # the selection is full: the ring was exercised
+
+
+def test_a_signature_past_its_cap_still_keeps_its_lines():
+    """After MAX_PER_SIGNATURE occurrences a signature is no longer recorded, but its lines are
+    still relevant in a long log: kept with their context."""
+    lines = [f"step {i} fine" for i in range(logmod.SHORT_LOG_LINES + 500)]
+    for i in range(300, 300 + 40 * 10, 10):
+        lines[i] = f"node1:{i}:{i} [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"  # no error word
+    log = log_from_text("\n".join(lines))
+    kept = {line.no for line in log.lines}
+    assert all(i + 1 in kept and i + 2 in kept for i in range(300, 700, 10))  # the line and its context
+    assert sum(s.id == "nccl_transport" for s in log.signatures) == logmod.MAX_PER_SIGNATURE
+
+
+def test_keep_words_match_ascii_lines_in_any_case_beside_wide_words():
+    lines = [f"step {i}" for i in range(logmod.SHORT_LOG_LINES + 100)]
+    lines[700], lines[900] = "Epoch 3 LOSS=nan", "训练卡住了"
+    kept = {line.text for line in log_from_text("\n".join(lines), keep=["loss=", "卡住"]).lines}
+    assert {"Epoch 3 LOSS=nan", "训练卡住了"} <= kept
+    assert "step 500" not in kept
