@@ -96,6 +96,8 @@ _GPU_WORDS = re.compile(
     r"(?i)nvidia|geforce|rtx|gtx|tesla|quadro|titan|radeon|instinct|\b(?:[AHLVKPTB]\d{1,3}|A\d{4}|MI\d{3}|"
     r"GH\d{3}|GB\d{3}|[1-5]0[5-9]0(?:\s?ti)?)\b"
 )
+# a bare "L4" or "A10" in prose is a block, a layer or a paper section unless the line is about GPUs
+_GPU_CONTEXT = re.compile(r"(?i)nvidia|geforce|\brtx|\bgtx|tesla|quadro|titan|\bgpus?\b|显卡|卡")
 _GPU_COUNT = re.compile(
     r"(?i)^(?:(?P<pre>\d+)\s*(?:[x×*]\s*|gpus?\s+(?:of\s+)?)?(?=\D)|(?P<word>single|one|dual|two|quad|four|eight)\s+)?"
     r"(?P<name>.+?)(?:(?:\s+[x×*]\s*|\s*[×*]\s*)(?P<post>\d+)|\s*\((?P<paren>\d+)\))?\s*(?:gpus?|cards?)?$"
@@ -219,7 +221,7 @@ class _Parser:
         kv = _KEY_VALUE.match(body)
         if kv:
             self.key_value(kv.group("key"), kv.group("value"))
-        elif _GPU_WORDS.search(body):
+        elif _GPU_WORDS.search(body) and _GPU_CONTEXT.search(body):
             # a sentence that names one model ("使用两台NVIDIA A100-SXM4-80GB GPU"); one that names
             # two is a comparison ("with 3090 everything is fine"), not this job's hardware
             from probes.tables import shipped
