@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import typing
 from functools import cached_property
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 import jinja2
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -319,14 +319,7 @@ def _kind(value: Any) -> str | None:
 
 
 Check = Annotated[
-    Union[
-        Annotated[FactCheck, Tag("fact")],
-        Annotated[LogCheck, Tag("log")],
-        Annotated[SignatureCheck, Tag("signature")],
-        Annotated[MicrotestCheck, Tag("microtest")],
-        Annotated[HangCheck, Tag("hang")],
-        Annotated[AnyCheck, Tag("any")],
-    ],
+    Annotated[FactCheck, Tag("fact")] | Annotated[LogCheck, Tag("log")] | Annotated[SignatureCheck, Tag("signature")] | Annotated[MicrotestCheck, Tag("microtest")] | Annotated[HangCheck, Tag("hang")] | Annotated[AnyCheck, Tag("any")],
     Discriminator(
         _kind,
         custom_error_type="check_kind",

@@ -236,7 +236,7 @@ def _int(value: str | None) -> int | None:
 def _topology(nvml: Any, ask: _Asker, devices: list[Gpu], handles: list[Any]) -> list[GpuLink]:
     nvlinks = _nvlink_pairs(nvml, devices, handles)
     links: list[GpuLink] = []
-    for (a, ha), (b, hb) in combinations(zip(devices, handles), 2):
+    for (a, ha), (b, hb) in combinations(zip(devices, handles, strict=True), 2):
         key = f"topology.{a.index}-{b.index}"
         link = GpuLink(a=a.index, b=b.index, nvlinks=nvlinks.get((a.index, b.index), 0))
         level = ask(f"{key}.common_ancestor", "nvmlDeviceGetTopologyCommonAncestor", ha, hb)
@@ -264,7 +264,7 @@ def _nvlink_pairs(nvml: Any, devices: list[Gpu], handles: list[Any]) -> dict[tup
     by_bus = {d.pci_bus_id.lower(): d.index for d in devices if d.pci_bus_id}
     direct: dict[tuple[int, int], int] = {}
     to_switch: dict[int, int] = {}
-    for device, handle in zip(devices, handles):
+    for device, handle in zip(devices, handles, strict=True):
         for link in range(nvml.NVML_NVLINK_MAX_LINKS):
             try:
                 if nvml.nvmlDeviceGetNvLinkState(handle, link) != 1:

@@ -263,7 +263,7 @@ class _Parser:
         m = _P2P_ROW.match(line)
         if m and self.topo_cols is not None:
             a = int(m.group("index"))
-            for b, cell in zip(self.topo_cols, m.group("cells").split()):
+            for b, cell in zip(self.topo_cols, m.group("cells").split(), strict=False):
                 if a != b and cell != "X":
                     link = f.links.setdefault((min(a, b), max(a, b)), {})
                     if link.get("p2p_read") in (None, "ok"):
@@ -272,7 +272,7 @@ class _Parser:
         m = _TOPO_ROW.match(line)
         if m and self.topo_cols is not None:
             a = int(m.group("index"))
-            for b, cell in zip(self.topo_cols, m.group("cells").split()):
+            for b, cell in zip(self.topo_cols, m.group("cells").split(), strict=False):
                 if a < b and cell != "X":
                     link = f.links.setdefault((a, b), {})
                     nv = re.match(r"NV(\d+)", cell)

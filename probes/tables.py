@@ -290,7 +290,7 @@ def _row_line(text: str, loc: tuple[Any, ...]) -> str:
     # the line of the failing row: the n-th "- " item under the named list, counted in the text
     if len(loc) >= 2 and isinstance(loc[0], str) and isinstance(loc[1], int):
         lines = text.splitlines()
-        start = next((i for i, l in enumerate(lines) if re.match(rf"\s*{re.escape(loc[0])}:", l)), None)
+        start = next((i for i, text in enumerate(lines) if re.match(rf"\s*{re.escape(loc[0])}:", text)), None)
         if start is not None:
             items = [i for i in range(start + 1, len(lines)) if re.match(r"\s*- ", lines[i])]
             if loc[1] < len(items):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from probes.snapshot import SnapshotError, load_snapshot
-from probes.untrusted import InputError, MAX_JSON_DEPTH, decode_text, load_json, read_bytes
+from probes.untrusted import MAX_JSON_DEPTH, InputError, decode_text, load_json, read_bytes
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,8 @@ from probes.hang import (
     parse_faulthandler,
     parse_pyspy,
     pyspy_stack,
-    read_flight_recorder,
     rank_stack,
+    read_flight_recorder,
     spin_signature,
     user_frame,
 )

@@ -14,7 +14,14 @@ import pytest
 
 from probes.facts import Collective, Frame, RankStack
 from probes.hang import (
-    find_ranks, first_failure, rank_branch, rank_zero_calls, read_flight_recorder, sequence, slow_ranks, tracebacks,
+    find_ranks,
+    first_failure,
+    rank_branch,
+    rank_zero_calls,
+    read_flight_recorder,
+    sequence,
+    slow_ranks,
+    tracebacks,
 )
 from probes.log import log_from_text
 from probes.runner import kill_tree

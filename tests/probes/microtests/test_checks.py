@@ -5,7 +5,7 @@ from probes.microtests.checks import SIZES, iterations, placement_summary, size_
 
 def test_the_sweep_runs_from_1KB_to_64MB():
     assert [size_label(s) for s in (SIZES[0], SIZES[-1])] == ["1KB", "64MB"]
-    assert all(b == 4 * a for a, b in zip(SIZES, SIZES[1:]))
+    assert all(b == 4 * a for a, b in zip(SIZES, SIZES[1:], strict=False))
     assert iterations(1024) == (2, 20) and iterations(64 << 20) == (2, 3)
 
 

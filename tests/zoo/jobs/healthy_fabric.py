@@ -9,7 +9,7 @@ fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp")
 fabric.launch()
 model = torch.nn.Linear(4, 1)
 model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
-for step in range(3):
+for _ in range(3):
     fabric.backward(model(torch.randn(2, 4)).sum())
 if fabric.global_rank == 0:
     torch.save(model.state_dict(), "/dev/null")

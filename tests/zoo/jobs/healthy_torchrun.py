@@ -8,7 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 dist.init_process_group("gloo")
 model = DistributedDataParallel(torch.nn.Linear(4, 1))
-for step in range(5):
+for _ in range(5):
     model(torch.randn(2, 4)).sum().backward()
 print(f"rank {dist.get_rank()}: done", flush=True)
 dist.barrier()
