@@ -36,13 +36,16 @@ one-line message naming the source; binary junk later in a text log is decoded w
 replacement characters. A line longer than ``MAX_LINE_CHARS`` bytes is cut into pieces.
 
 Cost: the reader works on blocks of ``BLOCK_BYTES`` of UTF-8 and decodes only the lines it
-looks at. One RE2 pass per block over the signatures' own patterns (plus the reader's state
-lines: tracebacks, torchrun's summary) finds the lines a signature can match; a second pass
-over the relevant words and the caller's ``keep`` literals finds the lines worth keeping,
-and once the first half of ``MAX_RETAINED`` is full only a block's last lines that can still
-be among the last half are looked at. Every line is examined as before; the passes only skip
-lines that cannot change the result (the prefilter matches whole lines, so a match that
-exists only in a line cut at ``EXAMINE_CHARS`` may be missed).
+looks at. One RE2 pass per block over the signatures' own patterns, their capturing groups
+dropped (plus the reader's state lines: tracebacks, torchrun's summary), finds the lines a
+signature can match and counts the block's lines on the way; a second pass over the relevant
+words and the caller's ``keep`` literals finds the lines worth keeping, and once the first
+half of ``MAX_RETAINED`` is full only a block's last lines that can still be among the last
+half are looked at (a short ASCII line that pass hits is relevant without being decoded). A
+signature already recorded ``MAX_PER_SIGNATURE`` times for a line's rank is not searched
+again there. Every line is examined as before; the passes only skip lines that cannot change
+the result (the prefilter matches whole lines, so a match that exists only in a line cut at
+``EXAMINE_CHARS`` may be missed).
 
 Signature ids (rules reference them as ``{signature: ID}``; ids are stable, never reused).
 Named groups captured into ``Signature.data`` are listed in brackets.
