@@ -28,7 +28,9 @@ _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(("SLURM", "TORCHELASTIC_"))}
+    env = {
+        k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(("SLURM", "TORCHELASTIC_"))
+    }
     return {**env, "PYTHONPATH": str(ROOT), **extra}
 
 
@@ -46,10 +48,33 @@ def cluster(max_size: str, nodes: int = 2, per_node: int = 2) -> tuple[float, di
         start = time.monotonic()
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node-rank", str(n),
-                 "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                 "-m", "diagnose", "cluster", "--json", "--out", str(out), "--max-size", max_size],
-                cwd=ROOT, env=_env(DIAGNOSE_NODE_NAME=f"node{n}"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes",
+                    str(nodes),
+                    "--node-rank",
+                    str(n),
+                    "--nproc-per-node",
+                    str(per_node),
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    f"127.0.0.1:{port}",
+                    "-m",
+                    "diagnose",
+                    "cluster",
+                    "--json",
+                    "--out",
+                    str(out),
+                    "--max-size",
+                    max_size,
+                ],
+                cwd=ROOT,
+                env=_env(DIAGNOSE_NODE_NAME=f"node{n}"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )  # fmt: skip
             for n in range(nodes)
         ]
@@ -69,21 +94,35 @@ def single(tests: str | None) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--max-size", default="64MB", help="largest all_reduce of the cluster sweep (default 64MB, as the single-node sweep)")
+    parser.add_argument(
+        "--max-size",
+        default="64MB",
+        help="largest all_reduce of the cluster sweep (default 64MB, as the single-node sweep)",
+    )
     args = parser.parse_args()
 
-    rows: dict[str, list[float]] = {"cluster 2 nodes x 2 ranks": [], "single node, same tests": [], "single node, default tests": []}
+    rows: dict[str, list[float]] = {
+        "cluster 2 nodes x 2 ranks": [],
+        "single node, same tests": [],
+        "single node, default tests": [],
+    }
     busbw: dict[str, list[float]] = {"cluster 2 nodes x 2 ranks": [], "single node, same tests": []}
     for _ in range(args.repeat):
         wall, report = cluster(args.max_size)
         rows["cluster 2 nodes x 2 ranks"].append(wall)
-        busbw["cluster 2 nodes x 2 ranks"].append(report["facts"]["microtests"]["all_reduce"]["measurements"].get("busbw_gbps_max", 0.0))
+        busbw["cluster 2 nodes x 2 ranks"].append(
+            report["facts"]["microtests"]["all_reduce"]["measurements"].get("busbw_gbps_max", 0.0)
+        )
         wall, report = single("rendezvous,barrier,all_reduce")
         rows["single node, same tests"].append(wall)
-        busbw["single node, same tests"].append(report["facts"]["microtests"]["all_reduce"]["measurements"].get("busbw_gbps_max", 0.0))
+        busbw["single node, same tests"].append(
+            report["facts"]["microtests"]["all_reduce"]["measurements"].get("busbw_gbps_max", 0.0)
+        )
         rows["single node, default tests"].append(single(None)[0])
 
-    print(f"{os.cpu_count()} CPU cores, gloo over loopback, {args.repeat} repeat(s), all_reduce sweep to {args.max_size}")
+    print(
+        f"{os.cpu_count()} CPU cores, gloo over loopback, {args.repeat} repeat(s), all_reduce sweep to {args.max_size}"
+    )
     print(f"{'diagnosis':<30} {'median s':>9} {'min s':>7} {'max s':>7} {'busbw max GB/s':>15}")
     for name, walls in rows.items():
         bw = f"{statistics.median(busbw[name]):.3f}" if name in busbw else "-"

@@ -40,8 +40,20 @@ from probes.facts import (  # noqa: E402
     RankStack,
 )
 
-GPU_MODELS = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 4090", "Tesla V100-SXM2-16GB"]
-PACKAGES = {"torch": ["1.13.1", "2.1.2", "2.4.0", "2.6.0"], "lightning": ["2.0.9", "2.4.0", "2.5.1"], "deepspeed": ["0.9.5", "0.14.2"], "accelerate": ["0.21.0", "1.2.0"], "bitsandbytes": ["0.41.1"]}
+GPU_MODELS = [
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA GeForce RTX 3090",
+    "NVIDIA GeForce RTX 4090",
+    "Tesla V100-SXM2-16GB",
+]
+PACKAGES = {
+    "torch": ["1.13.1", "2.1.2", "2.4.0", "2.6.0"],
+    "lightning": ["2.0.9", "2.4.0", "2.5.1"],
+    "deepspeed": ["0.9.5", "0.14.2"],
+    "accelerate": ["0.21.0", "1.2.0"],
+    "bitsandbytes": ["0.41.1"],
+}
 LOG_POOL = [
     "Epoch 0: 100%|██████████| 500/500 [01:10<00:00, loss=0.41]",
     "NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000",
@@ -57,10 +69,20 @@ LOG_POOL = [
 def random_facts(rng: random.Random) -> Facts:
     count = rng.choice([0, 1, 2, 4, 8])
     devices = [
-        Gpu(index=i, name=rng.choice(GPU_MODELS[:2]) if rng.random() < 0.8 else rng.choice(GPU_MODELS), processes=[GpuProcess(pid=100 + i)] * rng.choice([1, 1, 2]))
+        Gpu(
+            index=i,
+            name=rng.choice(GPU_MODELS[:2]) if rng.random() < 0.8 else rng.choice(GPU_MODELS),
+            processes=[GpuProcess(pid=100 + i)] * rng.choice([1, 1, 2]),
+        )
         for i in range(count)
     ]
-    facts = Facts(gpus=Gpus(count=count, devices=devices or None, visible=[str(rng.choice(range(max(count, 1)))) for _ in range(count)] or None))
+    facts = Facts(
+        gpus=Gpus(
+            count=count,
+            devices=devices or None,
+            visible=[str(rng.choice(range(max(count, 1)))) for _ in range(count)] or None,
+        )
+    )
     facts.packages.complete = True
     for name, versions in PACKAGES.items():
         if rng.random() < 0.7:
@@ -70,11 +92,19 @@ def random_facts(rng: random.Random) -> Facts:
         facts.env.values["NCCL_P2P_DISABLE"] = "1"
     facts.host.shm_total_bytes = rng.choice([64 * 2**20, 16 * 2**30])
     if rng.random() < 0.5:
-        facts.log = Log(lines=[LogLine(no=i + 1, text=rng.choice(LOG_POOL)) for i in range(rng.randint(1, 40))], signatures=[])
+        facts.log = Log(
+            lines=[LogLine(no=i + 1, text=rng.choice(LOG_POOL)) for i in range(rng.randint(1, 40))], signatures=[]
+        )
     if rng.random() < 0.5:
-        facts.microtests = MicroTests(barrier=MicroTest(status=rng.choice(["passed", "timed_out"])), all_reduce=MicroTest(status="passed", measurements={"busbw_gbps_max": rng.uniform(1, 200)}))
+        facts.microtests = MicroTests(
+            barrier=MicroTest(status=rng.choice(["passed", "timed_out"])),
+            all_reduce=MicroTest(status="passed", measurements={"busbw_gbps_max": rng.uniform(1, 200)}),
+        )
     if rng.random() < 0.2:
-        facts.hang = Hang(detected=True, ranks=[RankStack(rank=r, waiting_in=rng.choice(["barrier", "all_reduce", "load"])) for r in range(2)])
+        facts.hang = Hang(
+            detected=True,
+            ranks=[RankStack(rank=r, waiting_in=rng.choice(["barrier", "all_reduce", "load"])) for r in range(2)],
+        )
     return facts
 
 
@@ -136,14 +166,20 @@ def main() -> None:
             per_snapshot = measure(big, group)
             base = base or per_snapshot
             table.add_row(
-                f"shipped x{times}", str(len(big.rules)), name, f"{per_snapshot * 1e3:.3f} ms",
-                f"{per_snapshot / len(big.rules) * 1e6:.1f} µs", f"{per_snapshot / base:.2f}",
+                f"shipped x{times}",
+                str(len(big.rules)),
+                name,
+                f"{per_snapshot * 1e3:.3f} ms",
+                f"{per_snapshot / len(big.rules) * 1e6:.1f} µs",
+                f"{per_snapshot / base:.2f}",
             )
         table.add_section()
     Console().print(table)
     for name, group in groups.items():
-        print(f"{name}: reading every fact value the rules use takes {facts_floor(kb, group) * 1e3:.3f} ms per snapshot "
-              f"(computed by the Facts model; the engine asks only those its rules reach)")
+        print(
+            f"{name}: reading every fact value the rules use takes {facts_floor(kb, group) * 1e3:.3f} ms per snapshot "
+            f"(computed by the Facts model; the engine asks only those its rules reach)"
+        )
     print("copies share their checks' results with the originals (see the module docstring)")
 
 

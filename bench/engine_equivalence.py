@@ -30,7 +30,10 @@ def main(argv: list[str]) -> int:
     bench = loader.module("engine_bench", here / "engine.py")
     old = loader.module_at(argv[0] if argv else "HEAD", "diagnose/engine.py")
     kb = diagnose.load_kb()
-    inputs = [(path.name, diagnose.load_snapshot(path)) for path in sorted((ROOT / "tests" / "fixtures" / "snapshots").glob("*.json"))]
+    inputs = [
+        (path.name, diagnose.load_snapshot(path))
+        for path in sorted((ROOT / "tests" / "fixtures" / "snapshots").glob("*.json"))
+    ]
     rng = random.Random(4321)
     inputs += [(f"random snapshot {i}", bench.random_facts(rng)) for i in range(400)]
     for folder in (ROOT.parent / "shared" / "cases", ROOT / "tests" / "cases"):

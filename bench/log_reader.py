@@ -33,14 +33,23 @@ sys.path.insert(0, str(ROOT))
 
 RANKS = 16
 ROUTINE = [  # (weight, template)
-    (40, "node{n}:{pid}:{tid} [{lr}] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x7f{a:08x} recvbuff 0x7f{a:08x} "
-         "count {count} datatype 7 op 0 root 0 comm 0x55{c:06x} [nranks={ranks}] stream 0x56{c:06x}"),
-    (8, "node{n}:{pid}:{tid} [{lr}] NCCL INFO Broadcast: opCount {op:x} sendbuff 0x7f{a:08x} recvbuff 0x7f{a:08x} "
-        "count {count} datatype 0 op 0 root 0 comm 0x55{c:06x} [nranks={ranks}] stream 0x56{c:06x}"),
+    (
+        40,
+        "node{n}:{pid}:{tid} [{lr}] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x7f{a:08x} recvbuff 0x7f{a:08x} "
+        "count {count} datatype 7 op 0 root 0 comm 0x55{c:06x} [nranks={ranks}] stream 0x56{c:06x}",
+    ),
+    (
+        8,
+        "node{n}:{pid}:{tid} [{lr}] NCCL INFO Broadcast: opCount {op:x} sendbuff 0x7f{a:08x} recvbuff 0x7f{a:08x} "
+        "count {count} datatype 0 op 0 root 0 comm 0x55{c:06x} [nranks={ranks}] stream 0x56{c:06x}",
+    ),
     (20, "[default{lr}]:Epoch {e}:  {p}%|{bar}| {s}/20000 [12:{mm}<1:02:11,  5.31it/s, loss={loss:.4f}, v_num=3]"),
     (15, "[default{lr}]:{{'loss': {loss:.4f}, 'grad_norm': 1.41, 'learning_rate': 2.04e-06, 'epoch': {e}.{p}}}"),
-    (5, "[default{lr}]:Epoch {e}, global step {s}: 'val_loss' reached {loss:.5f} (best {loss:.5f}), saving model to "
-        "'/ckpt/epoch={e}-step={s}.ckpt' as top 3"),
+    (
+        5,
+        "[default{lr}]:Epoch {e}, global step {s}: 'val_loss' reached {loss:.5f} (best {loss:.5f}), saving model to "
+        "'/ckpt/epoch={e}-step={s}.ckpt' as top 3",
+    ),
     (2, "[default{lr}]:  0%|          | 0/125 [00:00<?, ?it/s]\x1b[A"),
 ]
 WARNING = [
@@ -68,8 +77,10 @@ INIT = [
     "localRank {lr} MNNVL 0",
     "node{n}:{pid}:{tid} [{lr}] NCCL INFO Trees [0] {r1}/-1/-1->{r}->{r0} [1] {r1}/-1/-1->{r}->{r0}",
     "node{n}:{pid}:{tid} [{lr}] NCCL INFO P2P Chunksize set to 524288",
-    *[f"node{{n}}:{{pid}}:{{tid}} [{{lr}}] NCCL INFO Channel {ch:02d}/0 : {{r}}[{{lr}}] -> {{r1}}[{{lr1}}] via P2P/CUMEM/read"
-      for ch in range(8)],
+    *[
+        f"node{{n}}:{{pid}}:{{tid}} [{{lr}}] NCCL INFO Channel {ch:02d}/0 : {{r}}[{{lr}}] -> {{r1}}[{{lr1}}] via P2P/CUMEM/read"
+        for ch in range(8)
+    ],
     "node{n}:{pid}:{tid} [{lr}] NCCL INFO Channel 00/0 : {r}[{lr}] -> {rn}[{lr}] [send] via NET/Socket/0",
     "node{n}:{pid}:{tid} [{lr}] NCCL INFO Connected all rings",
     "node{n}:{pid}:{tid} [{lr}] NCCL INFO Connected all trees",
@@ -115,11 +126,29 @@ GREP_LITERAL = "NCCL WARN"
 
 def _fields(rng: random.Random, lines: int, r: int) -> dict:
     s = lines % 20000
-    return {"r": r, "lr": r % 8, "n": r // 8, "pid": 1000 + r, "tid": 2000 + r, "ranks": RANKS,
-            "r0": (r - 1) % RANKS, "r1": (r + 1) % RANKS, "lr1": (r + 1) % 8, "rn": (r + 8) % RANKS,
-            "bus": f"{0x1b + r % 8 * 16:x}", "c": 0x1000 + lines // INIT_EVERY, "op": lines // RANKS,
-            "a": rng.getrandbits(32), "count": rng.choice((1, 4096, 1 << 20)), "e": lines // 1_000_000,
-            "p": s * 100 // 20000, "bar": "█" * (s % 10), "s": s, "mm": 10 + s % 50, "loss": rng.random()}
+    return {
+        "r": r,
+        "lr": r % 8,
+        "n": r // 8,
+        "pid": 1000 + r,
+        "tid": 2000 + r,
+        "ranks": RANKS,
+        "r0": (r - 1) % RANKS,
+        "r1": (r + 1) % RANKS,
+        "lr1": (r + 1) % 8,
+        "rn": (r + 8) % RANKS,
+        "bus": f"{0x1B + r % 8 * 16:x}",
+        "c": 0x1000 + lines // INIT_EVERY,
+        "op": lines // RANKS,
+        "a": rng.getrandbits(32),
+        "count": rng.choice((1, 4096, 1 << 20)),
+        "e": lines // 1_000_000,
+        "p": s * 100 // 20000,
+        "bar": "█" * (s % 10),
+        "s": s,
+        "mm": 10 + s % 50,
+        "loss": rng.random(),
+    }
 
 
 def write_log(path: Path, size_mb: int, seed: int = 0) -> int:
@@ -163,14 +192,18 @@ def read_child(path: str, keep_file: str) -> None:
     start = time.perf_counter()
     log = read_log(path, Path(path).name, keep)
     seconds = time.perf_counter() - start
-    print(json.dumps({
-        "seconds": seconds,
-        "lines_read": log.lines_read,
-        "lines_kept": len(log.lines or []),
-        "signatures": len(log.signatures or []),
-        "signature_ids": log.signature_ids,
-        "failing_ranks": log.failing_ranks,
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "lines_read": log.lines_read,
+                "lines_kept": len(log.lines or []),
+                "signatures": len(log.signatures or []),
+                "signature_ids": log.signature_ids,
+                "failing_ranks": log.failing_ranks,
+            }
+        )
+    )
 
 
 def peak_rss_mib_of(argv: list[str]) -> tuple[float, str]:
@@ -222,17 +255,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {size_mb:,.0f} MB, {lines:,} lines in {time.perf_counter() - start:.1f}s: {path}")
         grep_s, grep_count = grep_seconds(path)
         baseline, _ = peak_rss_mib_of([sys.executable, "-c", "import probes.log as l; l._matcher(frozenset())"])
-        peak, out = peak_rss_mib_of([sys.executable, str(Path(__file__).resolve()), "--read", str(path), str(keep_file)])
+        peak, out = peak_rss_mib_of(
+            [sys.executable, str(Path(__file__).resolve()), "--read", str(path), str(keep_file)]
+        )
         grep_s2, _ = grep_seconds(path)
         grep_s = min(grep_s, grep_s2)
         result = json.loads(out)
         reader_rate, grep_rate = size_mb / result["seconds"], size_mb / grep_s
         print(f"reader:  {result['lines_read']:,} lines in {result['seconds']:.2f}s: {reader_rate:,.0f} MB/s")
-        print(f"grep -c '{GREP_LITERAL}': {grep_count} lines in {grep_s:.2f}s: {grep_rate:,.0f} MB/s "
-              f"(the reader takes {grep_rate / reader_rate:.1f}x grep's time)")
+        print(
+            f"grep -c '{GREP_LITERAL}': {grep_count} lines in {grep_s:.2f}s: {grep_rate:,.0f} MB/s "
+            f"(the reader takes {grep_rate / reader_rate:.1f}x grep's time)"
+        )
         print(f"peak memory: {peak:,.0f} MiB (a process that only imports the reader: {baseline:,.0f} MiB)")
-        print(f"kept {result['lines_kept']:,} lines and {result['signatures']:,} signatures: "
-              f"{', '.join(result['signature_ids'])}; failing ranks {result['failing_ranks']}")
+        print(
+            f"kept {result['lines_kept']:,} lines and {result['signatures']:,} signatures: "
+            f"{', '.join(result['signature_ids'])}; failing ranks {result['failing_ranks']}"
+        )
     finally:
         keep_file.unlink(missing_ok=True)
         if not args.keep:

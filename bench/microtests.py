@@ -60,9 +60,7 @@ def bare_rank(rank: int, world: int, port: int) -> None:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     times = {}
     for size in SIZES:
         buffer = torch.zeros(size // 4)
@@ -101,9 +99,7 @@ def bare(world: int) -> dict[int, float]:
 def harness(world: int) -> dict[int, float]:
     test = run_microtests(["all_reduce"], nproc=world, backend="gloo", timeout=120).all_reduce
     if test.status != "passed":
-        raise SystemExit(
-            f"bench/microtests.py: the all_reduce micro-test {test.status}: {test.error}"
-        )
+        raise SystemExit(f"bench/microtests.py: the all_reduce micro-test {test.status}: {test.error}")
     return {s: test.measurements[f"busbw_gbps_{size_label(s)}"] for s in SIZES}
 
 
@@ -127,13 +123,9 @@ def microtest_summary(report_json: str) -> str:
         test = tests.get(name) or {}
         if test.get("status") not in ("passed", "skipped"):
             raise SystemExit(
-                f"bench/microtests.py: diagnose --json: micro-test {name} {test.get('status')}:"
-                f" {test.get('error')}"
+                f"bench/microtests.py: diagnose --json: micro-test {name} {test.get('status')}: {test.get('error')}"
             )
-        parts.append(
-            f"{name} {test['status']}"
-            + (f" {test['duration_s']:.1f} s" if test.get("duration_s") else "")
-        )
+        parts.append(f"{name} {test['status']}" + (f" {test['duration_s']:.1f} s" if test.get("duration_s") else ""))
     return ", ".join(parts)
 
 
@@ -167,23 +159,17 @@ def diagnosis_vs_floor(nproc: int, rounds: int, console: Console) -> None:
             order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
             for name in order:
                 # diagnose exits 1 when it has an error finding: a result, not a failure
-                seconds, out = wall(
-                    commands[name](), name, (0, 1) if name == "diagnose --json" else (0,)
-                )
+                seconds, out = wall(commands[name](), name, (0, 1) if name == "diagnose --json" else (0,))
                 samples[name].append(seconds)
                 if name == "diagnose --json":
                     last = microtest_summary(out)
-    table = Table(
-        title=f"live diagnosis vs the bare torchrun floor, {nproc} ranks, {rounds} rounds"
-    )
+    table = Table(title=f"live diagnosis vs the bare torchrun floor, {nproc} ranks, {rounds} rounds")
     for column in ("what", "median s", "min s", "max s"):
         table.add_column(column, justify="right" if column != "what" else "left")
     for name, values in samples.items():
         table.add_row(name, *(f"{f(values):.2f}" for f in (statistics.median, min, max)))
     console.print(table)
-    ratio = statistics.median(samples["diagnose --json"]) / statistics.median(
-        samples["torchrun floor"]
-    )
+    ratio = statistics.median(samples["diagnose --json"]) / statistics.median(samples["torchrun floor"])
     paired = statistics.median(
         d / f for d, f in zip(samples["diagnose --json"], samples["torchrun floor"], strict=True)
     )

@@ -83,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, seconds in in_process(args.torch_timeout).items():
             samples.setdefault(name, []).append(seconds)
 
-    table = Table(title=f"live facts vs torch collect_env: {args.rounds} rounds, {sys.platform}, Python {sys.version.split()[0]}")
+    table = Table(
+        title=f"live facts vs torch collect_env: {args.rounds} rounds, {sys.platform}, Python {sys.version.split()[0]}"
+    )
     table.add_column("what")
     table.add_column("median s", justify="right")
     table.add_column("min s", justify="right")

@@ -39,12 +39,17 @@ def _lines(stream, label: str, sink: list[tuple[float, str, str]]) -> None:
         sink.append((time.monotonic(), label, raw.decode("utf-8", errors="replace").rstrip("\n")))
 
 
-def _start(options: list[str], script: str | list[str], env: dict[str, str], out: str, cwd: Path = ROOT) -> tuple[subprocess.Popen, list]:
+def _start(
+    options: list[str], script: str | list[str], env: dict[str, str], out: str, cwd: Path = ROOT
+) -> tuple[subprocess.Popen, list]:
     job = [*TORCHRUN, str(FIXTURES / script)] if isinstance(script, str) else script
     argv = [sys.executable, "-m", "diagnose", "run", "--out", out, *options, "--", *job]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
     lines: list[tuple[float, str, str]] = []
-    readers = [threading.Thread(target=_lines, args=(s, n, lines), daemon=True) for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))]
+    readers = [
+        threading.Thread(target=_lines, args=(s, n, lines), daemon=True)
+        for s, n in ((proc.stdout, "out"), (proc.stderr, "err"))
+    ]
     for reader in readers:
         reader.start()
     proc.readers = readers  # type: ignore[attr-defined]
@@ -101,8 +106,13 @@ def zoo(hang_after: float) -> list[tuple[str, float, str, str]]:
         with tempfile.TemporaryDirectory() as out:
             env = dict(os.environ, HANG_TIMEOUT_S="120", PYTHONPATH=str(ROOT))
             # the jobs write where they run (checkpoints): there, not in the checkout
-            proc, lines = _start(["--hang-after", str(hang_after), "--grace", "2", "--format", "text"],
-                                 job.argv(free_port()), env, str(Path(out) / "run"), cwd=Path(out))
+            proc, lines = _start(
+                ["--hang-after", str(hang_after), "--grace", "2", "--format", "text"],
+                job.argv(free_port()),
+                env,
+                str(Path(out) / "run"),
+                cwd=Path(out),
+            )
             proc.wait(timeout=hang_after * 3 + 180)
             for reader in proc.readers:  # type: ignore[attr-defined]
                 reader.join(timeout=5)
@@ -138,8 +148,10 @@ def main() -> None:
             verdict = "ok" if took < hang_after + 5 else "SLOW"
             print(f"{hang_after:>11g}s  {took:>21.2f}s  {hang_after + 5:>7g}s {verdict}")
     steady, with_startup = overhead(args.steps, args.step_s)
-    print(f"supervisor CPU while a healthy job runs ({args.steps} steps of {args.step_s:g}s): "
-          f"{steady * 100:.2f}% of a core (target < 1%); {with_startup * 100:.1f}% including its own start-up")
+    print(
+        f"supervisor CPU while a healthy job runs ({args.steps} steps of {args.step_s:g}s): "
+        f"{steady * 100:.2f}% of a core (target < 1%); {with_startup * 100:.1f}% including its own start-up"
+    )
 
 
 if __name__ == "__main__":

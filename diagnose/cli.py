@@ -29,7 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
-    out.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default: the interactive view at a terminal, else text)")
+    out.add_argument(
+        "--format",
+        choices=["text", "json", "markdown"],
+        help="output format (default: the interactive view at a terminal, else text)",
+    )
     input_options(parser)
     kb_option(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -126,8 +130,12 @@ def cmd_kb(argv: Sequence[str]) -> int:
     docs.add_argument("--out", default="docs/rules.md", metavar="FILE")
     docs.add_argument("--check", action="store_true", help="exit 1 when FILE is not what would be generated")
     kb_option(docs)
-    sub.add_parser("paths", help="list the fact paths rules can use", description="list every fact path a rule can name")
-    new = sub.add_parser("new", help="write a skeleton rule", description="write kb/AREA/NAME.yaml with both example kinds")
+    sub.add_parser(
+        "paths", help="list the fact paths rules can use", description="list every fact path a rule can name"
+    )
+    new = sub.add_parser(
+        "new", help="write a skeleton rule", description="write kb/AREA/NAME.yaml with both example kinds"
+    )
     new.add_argument("id", metavar="AREA.NAME")
     new.add_argument("--dir", default="kb", help="the rule folder (default kb)")
     args = parser.parse_args(argv)
@@ -201,5 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return Exit.USAGE
         if os.environ.get("DIAGNOSE_DEBUG"):
             raise
-        print(f"diagnose: internal error: {type(exc).__name__}: {exc} (set DIAGNOSE_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"diagnose: internal error: {type(exc).__name__}: {exc} (set DIAGNOSE_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return Exit.INTERNAL

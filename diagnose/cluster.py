@@ -29,17 +29,46 @@ def build_parser() -> Parser:
     )
     out = parser.add_argument_group("output (rank 0)")
     out.add_argument("--json", action="store_true", help="the JSON report (same as --format json)")
-    out.add_argument("--format", choices=["text", "json", "markdown"], default=None, help="report format (default text)")
+    out.add_argument(
+        "--format", choices=["text", "json", "markdown"], default=None, help="report format (default text)"
+    )
     out.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
-    out.add_argument("--save-facts", metavar="FILE", help="also write the gathered facts snapshot, for `diagnose --from FILE` later")
+    out.add_argument(
+        "--save-facts", metavar="FILE", help="also write the gathered facts snapshot, for `diagnose --from FILE` later"
+    )
     run = parser.add_argument_group("the run (every rank)")
-    run.add_argument("--timeout", type=float, default=180.0, metavar="S", help="hard deadline of the whole run in seconds (default 180)")
-    run.add_argument("--join-timeout", type=float, default=60.0, metavar="S", help="how long rank 0 waits for every rank to join (default 60)")
-    run.add_argument("--op-timeout", type=float, default=60.0, metavar="S", help="deadline of one collective (default 60)")
-    run.add_argument("--backend", choices=["nccl", "gloo"], help="process-group backend (default: nccl with CUDA, else gloo)")
-    run.add_argument("--microtests", choices=["all", "none"], default="all", help="run the collectives in the job's group (default all)")
-    run.add_argument("--max-size", default="64MB", metavar="SIZE", help="largest all_reduce of the sweep, e.g. 4MB (default 64MB)")
-    parser.add_argument("--from", dest="snapshot", metavar="SNAPSHOT", help="render a saved cluster snapshot instead (offline)")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        metavar="S",
+        help="hard deadline of the whole run in seconds (default 180)",
+    )
+    run.add_argument(
+        "--join-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long rank 0 waits for every rank to join (default 60)",
+    )
+    run.add_argument(
+        "--op-timeout", type=float, default=60.0, metavar="S", help="deadline of one collective (default 60)"
+    )
+    run.add_argument(
+        "--backend", choices=["nccl", "gloo"], help="process-group backend (default: nccl with CUDA, else gloo)"
+    )
+    run.add_argument(
+        "--microtests",
+        choices=["all", "none"],
+        default="all",
+        help="run the collectives in the job's group (default all)",
+    )
+    run.add_argument(
+        "--max-size", default="64MB", metavar="SIZE", help="largest all_reduce of the sweep, e.g. 4MB (default 64MB)"
+    )
+    parser.add_argument(
+        "--from", dest="snapshot", metavar="SNAPSHOT", help="render a saved cluster snapshot instead (offline)"
+    )
     kb_option(parser)
     return parser
 
@@ -69,8 +98,10 @@ def cmd_cluster(argv: Sequence[str]) -> int:
     from importlib.util import find_spec
 
     if find_spec("torch") is None:  # the ranks talk through torch.distributed
-        raise UsageError("diagnose cluster needs torch in this environment (pip install torch); "
-                         "`diagnose cluster --from FILE` reads a saved snapshot without it")
+        raise UsageError(
+            "diagnose cluster needs torch in this environment (pip install torch); "
+            "`diagnose cluster --from FILE` reads a saved snapshot without it"
+        )
     from probes.cluster.identity import LaunchError, identity
     from probes.cluster.options import Options
     from probes.cluster.rank import ClusterError, run
@@ -94,7 +125,11 @@ def cmd_cluster(argv: Sequence[str]) -> int:
 
     def write_report(facts: Facts, expired: bool) -> int:
         if expired:
-            print(f"diagnose cluster: the {args.timeout:g} s deadline passed; reporting what rank 0 has", file=sys.stderr, flush=True)
+            print(
+                f"diagnose cluster: the {args.timeout:g} s deadline passed; reporting what rank 0 has",
+                file=sys.stderr,
+                flush=True,
+            )
         return _write(facts, kb, fmt, args)
 
     try:

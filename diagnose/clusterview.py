@@ -30,7 +30,10 @@ def job_summary(cluster: Cluster) -> list[tuple[str, str]]:
     """(label, value) rows about the whole job, shared by the text and markdown views."""
     states = [r.state for r in cluster.ranks]
     rows = [
-        ("Job", f"{len(cluster.nodes)} node(s), world size {cluster.world_size}, backend {cluster.backend or 'unknown'}"),
+        (
+            "Job",
+            f"{len(cluster.nodes)} node(s), world size {cluster.world_size}, backend {cluster.backend or 'unknown'}",
+        ),
         ("Ranks", ", ".join(f"{states.count(s)} {s}" for s in ("reported", "silent", "missing") if s in states)),
     ]
     for label, values in (
@@ -51,8 +54,16 @@ def node_rows(node: ClusterNode, cluster: Cluster) -> list[tuple[str, str]]:
     """One node: its machine summary, bandwidths, the values where it differs, its ranks."""
     rows: list[tuple[str, str]] = []
     if node.reported:
-        facts = Facts(**{s: getattr(node, s) for s in ("host", "packages", "env", "torch", "gpus", "driver", "launcher") if getattr(node, s) is not None})
-        rows += [(k, v) for k, v in machine_summary(Report.model_construct(facts=facts)) if k not in ("Inputs", "Launcher")]
+        facts = Facts(
+            **{
+                s: getattr(node, s)
+                for s in ("host", "packages", "env", "torch", "gpus", "driver", "launcher")
+                if getattr(node, s) is not None
+            }
+        )
+        rows += [
+            (k, v) for k, v in machine_summary(Report.model_construct(facts=facts)) if k not in ("Inputs", "Launcher")
+        ]
     else:
         rows.append(("Facts", "none arrived (no rank of this node reported)"))
     if node.intra_busbw_gbps is not None:
@@ -67,7 +78,9 @@ def node_rows(node: ClusterNode, cluster: Cluster) -> list[tuple[str, str]]:
         for name in cluster.differing_versions or []:
             rows.append((name, f"{versions.get(name) or 'unknown'} (differs between nodes)"))
     for rank in (r for r in cluster.ranks if r.node == node.name):
-        where = {"reported": "reported", "missing": "never joined", "silent": f"silent at '{rank.step or '?'}'"}[rank.state]
+        where = {"reported": "reported", "missing": "never joined", "silent": f"silent at '{rank.step or '?'}'"}[
+            rank.state
+        ]
         device = " ".join(x for x in (rank.device, rank.device_name) if x)
         error = f"; {rank.error}" if rank.error else ""
         rows.append((f"rank {rank.rank}", f"{where}{', ' + device if device else ''}{error}"))

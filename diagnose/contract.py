@@ -41,7 +41,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def kb_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kb", action="append", default=[], metavar="DIR", help="an extra rule folder, next to the shipped one; repeatable")
+    parser.add_argument(
+        "--kb",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an extra rule folder, next to the shipped one; repeatable",
+    )
 
 
 def positive_int(text: str) -> int:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from diagnose.contract import UsageError, positive_int, positive_seconds
 
-MICROTEST_CHOICES = "all, none, or a comma list of: rendezvous, barrier, all_reduce, placement, duplicate_gpu, lightning_fit"
+MICROTEST_CHOICES = (
+    "all, none, or a comma list of: rendezvous, barrier, all_reduce, placement, duplicate_gpu, lightning_fit"
+)
 # A pasted environment report is a few KB; a log given as a report is refused, not parsed.
 MAX_REPORT_BYTES = 4 << 20
 # A job's output piped into --log may pause for long; a FIFO nobody opened never starts.
@@ -22,15 +24,42 @@ LOG_PAUSE_SECONDS = 600.0
 def input_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("evidence")
     group.add_argument("--from", dest="snapshot", metavar="SNAPSHOT", help="diagnose a saved facts snapshot (JSON)")
-    group.add_argument("--report", action="append", default=[], metavar="FILE", help="a pasted environment report (collect_env, Lightning bug report, accelerate env, ds_report, nvidia-smi); repeatable")
-    group.add_argument("--log", action="append", default=[], metavar="FILE", help="a log or traceback, '-' for stdin (also a pipe or <(...)); repeatable")
+    group.add_argument(
+        "--report",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a pasted environment report (collect_env, Lightning bug report, accelerate env, ds_report, nvidia-smi); repeatable",
+    )
+    group.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a log or traceback, '-' for stdin (also a pipe or <(...)); repeatable",
+    )
     group.add_argument("--offline", action="store_true", help="no live probes (implied by --from, --report and --log)")
     tests = parser.add_argument_group("micro-tests (live only)")
-    tests.add_argument("--microtests", default=None, metavar="LIST", help=f"{MICROTEST_CHOICES} (default: all live, none offline)")
-    tests.add_argument("--nproc", type=positive_int, metavar="N", help="ranks per micro-test (default: one per GPU, 2 on CPU)")
+    tests.add_argument(
+        "--microtests", default=None, metavar="LIST", help=f"{MICROTEST_CHOICES} (default: all live, none offline)"
+    )
+    tests.add_argument(
+        "--nproc", type=positive_int, metavar="N", help="ranks per micro-test (default: one per GPU, 2 on CPU)"
+    )
     tests.add_argument("--backend", choices=["nccl", "gloo"], help="force the process-group backend")
-    tests.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S", help="deadline per micro-test in seconds (default 60)")
-    tests.add_argument("--strategy", default="ddp", choices=["ddp", "ddp_spawn", "fsdp", "deepspeed"], help="strategy of the Lightning fit test")
+    tests.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=60.0,
+        metavar="S",
+        help="deadline per micro-test in seconds (default 60)",
+    )
+    tests.add_argument(
+        "--strategy",
+        default="ddp",
+        choices=["ddp", "ddp_spawn", "fsdp", "deepspeed"],
+        help="strategy of the Lightning fit test",
+    )
 
 
 def is_offline(args: argparse.Namespace) -> bool:

@@ -182,11 +182,15 @@ def load_rule_file(path: Path, root: Path) -> Rule:
         problems = []
         for error in exc.errors():
             line, where = _place(error["loc"], lines)
-            problems.append(f"{display}:{line}: {where}: {_message(error)}" if where else f"{display}:{line}: {_message(error)}")
+            problems.append(
+                f"{display}:{line}: {where}: {_message(error)}" if where else f"{display}:{line}: {_message(error)}"
+            )
         raise KBError(problems) from None
     expected = ".".join(path.relative_to(root).with_suffix("").parts)
     if rule.id != expected:
-        raise KBError([f"{display}:{lines.get(('id',), 1)}: id: '{rule.id}' does not match its path (expected '{expected}')"])
+        raise KBError(
+            [f"{display}:{lines.get(('id',), 1)}: id: '{rule.id}' does not match its path (expected '{expected}')"]
+        )
     return rule
 
 

@@ -102,7 +102,9 @@ def new(args: argparse.Namespace) -> int:
 
     parts = args.id.split(".")
     if not re.fullmatch(Rule.model_fields["id"].metadata[0].pattern, args.id):
-        raise UsageError(f"'{args.id}' is not AREA.NAME in lower case letters, digits and dashes (e.g. nccl.p2p-broken)")
+        raise UsageError(
+            f"'{args.id}' is not AREA.NAME in lower case letters, digits and dashes (e.g. nccl.p2p-broken)"
+        )
     path = Path(args.dir, *parts[:-1], parts[-1] + ".yaml")
     if path.exists():
         raise UsageError(f"{path}: already exists")

@@ -48,8 +48,7 @@ def _gate(rule: Rule) -> list[str]:
 
 def _evidence(rule: Rule) -> list[str]:
     lines = [
-        "**Evidence** (the score is the sum of the weights that fire; "
-        f"a finding from {rule.min_score:g}):",
+        f"**Evidence** (the score is the sum of the weights that fire; a finding from {rule.min_score:g}):",
         "",
         "| weight | kind | check | fires when | meaning |",
         "|---:|---|---|---|---|",
@@ -106,7 +105,10 @@ def _symptoms(rules: list[Rule], catalog: Catalog) -> list[str]:
         explained = [r.id for r in rules if any(e == sid or e.startswith(sid + ".") for e in r.explains)]
         shown_by = sorted(sig.id for sig in catalog.signatures.values() if sid in sig.symptoms)
         lines += [f"### {sid}", "", f"**{symptom.title}**", "", symptom.check.strip(), ""]
-        lines += [f"Shown by signatures: {', '.join(f'`{i}`' for i in shown_by) or '(stacks and micro-tests only)'}", ""]
+        lines += [
+            f"Shown by signatures: {', '.join(f'`{i}`' for i in shown_by) or '(stacks and micro-tests only)'}",
+            "",
+        ]
         lines += [f"Explained by: {', '.join(f'[{i}](#{_anchor(i)})' for i in explained) or '-'}", ""]
     return lines
 

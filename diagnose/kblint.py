@@ -52,9 +52,9 @@ def _sample(annotation: Any, name: str) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, KeyedSection):
         return annotation(values={"torch": _SAMPLE_KEYS.get(name, "1"), "NCCL_DEBUG": "INFO"}, complete=True)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation.model_construct(**{
-            field: _sample(info.annotation, field) for field, info in annotation.model_fields.items()
-        })
+        return annotation.model_construct(
+            **{field: _sample(info.annotation, field) for field, info in annotation.model_fields.items()}
+        )
     if annotation is str:
         return _SAMPLE_STRINGS.get(name, _SAMPLE_VERSION)
     return {bool: True, int: 2, float: 1.5}.get(annotation, None)

@@ -84,7 +84,10 @@ def run_example(rule: Rule, example: Example, index: int) -> ExampleResult:
         padded = example_facts(example, f"{rule.id}::{name} (padded)", kb.log_literals, SHORT_LOG_LINES)
         if any(f.basis == "evidence" for f in evaluate(padded, kb).findings) != matched:
             return ExampleResult(
-                rule.id, name, example.expect, False,
+                rule.id,
+                name,
+                example.expect,
+                False,
                 f"{'matched' if matched else 'did not match'} as written but not inside a long log",
             )
     context = render_context(facts)
@@ -98,7 +101,11 @@ def run_example(rule: Rule, example: Example, index: int) -> ExampleResult:
         if not matched:
             outcome = report.ruled_out + report.possible + report.not_checked
             if outcome:
-                why += f" ({outcome[0].reason}" + (f"; unknown: {', '.join(outcome[0].missing)}" if outcome[0].missing else "") + ")"
+                why += (
+                    f" ({outcome[0].reason}"
+                    + (f"; unknown: {', '.join(outcome[0].missing)}" if outcome[0].missing else "")
+                    + ")"
+                )
     elif example.expect == "no-match":
         ok, why = not matched, f"matched with score {report.findings[0].score:g}" if matched else "did not match"
     else:  # known-miss documents a gap; it fails once the rule catches it, so it gets promoted

@@ -161,7 +161,7 @@ def value_type(path: str) -> tuple[Any, bool] | None:
         is_list = is_list or crossed
         if typing.get_origin(tp) is dict:
             value, _ = _unwrap(typing.get_args(tp)[1])
-            return (None if typing.get_origin(value) in (typing.Union, types.UnionType) else (value, is_list))
+            return None if typing.get_origin(value) in (typing.Union, types.UnionType) else (value, is_list)
         if _is_model(tp):
             model = tp
             continue

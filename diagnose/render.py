@@ -75,7 +75,11 @@ def machine_summary(report: Report) -> list[tuple[str, str]]:
     lightning = [f"{n} {versions[n]}" for n in ("lightning", "pytorch-lightning") if n in versions]
     if lightning:
         rows.append(("Lightning", ", ".join(lightning)))
-    strategy = [f"{n} {versions[n]}" for n in ("deepspeed", "accelerate", "bitsandbytes", "transformers", "peft") if n in versions]
+    strategy = [
+        f"{n} {versions[n]}"
+        for n in ("deepspeed", "accelerate", "bitsandbytes", "transformers", "peft")
+        if n in versions
+    ]
     if strategy:
         rows.append(("Also", ", ".join(strategy)))
     if f.launcher.kind:
@@ -100,7 +104,11 @@ def microtest_rows(report: Report) -> list[tuple[str, str, str]]:
         where = f"{test.nproc} ranks, {test.backend}" if test.nproc and test.backend else ""
         detail = problem or ", ".join(
             part
-            for part in (where, f"busbw up to {busbw:.2f} GB/s" if isinstance(busbw, (int, float)) else "", f"{test.duration_s:.1f} s" if test.duration_s else "")
+            for part in (
+                where,
+                f"busbw up to {busbw:.2f} GB/s" if isinstance(busbw, (int, float)) else "",
+                f"{test.duration_s:.1f} s" if test.duration_s else "",
+            )
             if part
         )
         rows.append((name, test.status, detail))
@@ -174,14 +182,20 @@ def render_text(report: Report, *, width: int = 80, color: bool = False) -> str:
             console.print(Padding(f"Check: {escape(finding.check)}", (0, 0, 0, 3)))
         for item in fired(finding):
             label = f" ({escape(item.label)})" if item.label else ""
-            console.print(Padding(f"[green]✓[/] {escape(item.what)}: {escape(_value(item.observed))}{label}", (0, 0, 0, 3)))
+            console.print(
+                Padding(f"[green]✓[/] {escape(item.what)}: {escape(_value(item.observed))}{label}", (0, 0, 0, 3))
+            )
             for line in item.lines:
                 console.print(Padding(f"[dim]{escape(line)}[/]", (0, 0, 0, 6)))
         for fix in finding.fixes[:1]:
             console.print(Padding(f"Fix: {escape(fix.title)}", (0, 0, 0, 3)))
-            console.print(Padding(Syntax(fix.snippet.rstrip(), fix.language, theme="ansi_dark", word_wrap=True), (0, 0, 0, 5)))
+            console.print(
+                Padding(Syntax(fix.snippet.rstrip(), fix.language, theme="ansi_dark", word_wrap=True), (0, 0, 0, 5))
+            )
         if len(finding.fixes) > 1:
-            console.print(Padding(f"[dim]+{len(finding.fixes) - 1} more fix(es) in --format markdown/json[/]", (0, 0, 0, 3)))
+            console.print(
+                Padding(f"[dim]+{len(finding.fixes) - 1} more fix(es) in --format markdown/json[/]", (0, 0, 0, 3))
+            )
         urls = [ref for ref in finding.references if ref.startswith("http")]
         if urls:
             console.print(Padding(f"[dim]See {escape(urls[0])}[/]", (0, 0, 0, 3)))
@@ -226,8 +240,15 @@ def render_markdown(report: Report) -> str:
         out += ["**What happened**", ""] + [f"- {symptom_line(s)}" for s in report.symptoms] + [""]
         checks = narrowing_checks(report)
         if checks:
-            out += ["No cause has evidence of its own yet: the candidates below are the usual causes of this. "
-                    "To tell them apart:", ""] + [f"- {c}" for c in checks] + [""]
+            out += (
+                [
+                    "No cause has evidence of its own yet: the candidates below are the usual causes of this. "
+                    "To tell them apart:",
+                    "",
+                ]
+                + [f"- {c}" for c in checks]
+                + [""]
+            )
     if not report.findings:
         out += ["No likely cause found: nothing in the rule base fired on these facts.", ""]
     for rank, finding in enumerate(report.findings, 1):
@@ -263,7 +284,9 @@ def render_markdown(report: Report) -> str:
     for heading, outcomes in sections:
         if outcomes:
             out += [f"<details><summary>{heading} ({len(outcomes)})</summary>", ""]
-            out += [f"- `{o.id}`: {o.reason}" + (f" (needs {', '.join(o.missing)})" if o.missing else "") for o in outcomes]
+            out += [
+                f"- `{o.id}`: {o.reason}" + (f" (needs {', '.join(o.missing)})" if o.missing else "") for o in outcomes
+            ]
             out += ["", "</details>", ""]
     if report.skipped or report.probe_errors:
         out += ["<details><summary>Skipped and probe errors</summary>", ""]

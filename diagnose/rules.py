@@ -106,8 +106,7 @@ class FactCheck(_Check):
         given = [op for op in FACT_OPS if (op if op != "in" else "in_") in self.model_fields_set]
         if len(given) != 1:
             raise ValueError(
-                f"a fact check takes exactly one operator of {', '.join(FACT_OPS)}"
-                f" (got {', '.join(given) or 'none'})"
+                f"a fact check takes exactly one operator of {', '.join(FACT_OPS)} (got {', '.join(given) or 'none'})"
             )
         return self
 
@@ -129,7 +128,9 @@ class FactCheck(_Check):
         elif op in ("lt", "le", "gt", "ge") and kind not in ("number", "string"):
             raise ValueError(f"{op}: a number operand against {self.fact}, which holds {_kind_name(kind, tp)}")
         elif op == "contains" and not (kind == "string" and isinstance(operand, str)):
-            raise ValueError(f"contains: {self.fact} holds {_kind_name(kind, tp)}; contains takes a string found in a string fact or an element of a list fact")
+            raise ValueError(
+                f"contains: {self.fact} holds {_kind_name(kind, tp)}; contains takes a string found in a string fact or an element of a list fact"
+            )
         elif op == "version" and kind != "string":
             raise ValueError(f"version: {self.fact} holds {_kind_name(kind, tp)}, not a version")
         return self
@@ -161,7 +162,9 @@ class FactCheck(_Check):
         operand = self.operand
         symbol = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.get(self.op)
         if symbol:
-            shown = f"{operand:g}" if isinstance(operand, float) else repr(operand) if isinstance(operand, str) else operand
+            shown = (
+                f"{operand:g}" if isinstance(operand, float) else repr(operand) if isinstance(operand, str) else operand
+            )
             return "fact", self.fact, f"{symbol} {shown}"
         if self.op == "exists":
             return "fact", self.fact, "present" if operand else "absent"
@@ -190,7 +193,9 @@ def _value_kind(tp: Any) -> str:
 def _kind_name(kind: str, tp: Any) -> str:
     if kind == "choice":
         return "one of " + ", ".join(map(str, typing.get_args(tp)))
-    return {"number": "a number", "bool": "true or false", "string": "text"}.get(kind, f"a {getattr(tp, '__name__', tp)}")
+    return {"number": "a number", "bool": "true or false", "string": "text"}.get(
+        kind, f"a {getattr(tp, '__name__', tp)}"
+    )
 
 
 def _mismatch(kind: str, tp: Any, value: Any) -> str | None:
@@ -319,7 +324,12 @@ def _kind(value: Any) -> str | None:
 
 
 Check = Annotated[
-    Annotated[FactCheck, Tag("fact")] | Annotated[LogCheck, Tag("log")] | Annotated[SignatureCheck, Tag("signature")] | Annotated[MicrotestCheck, Tag("microtest")] | Annotated[HangCheck, Tag("hang")] | Annotated[AnyCheck, Tag("any")],
+    Annotated[FactCheck, Tag("fact")]
+    | Annotated[LogCheck, Tag("log")]
+    | Annotated[SignatureCheck, Tag("signature")]
+    | Annotated[MicrotestCheck, Tag("microtest")]
+    | Annotated[HangCheck, Tag("hang")]
+    | Annotated[AnyCheck, Tag("any")],
     Discriminator(
         _kind,
         custom_error_type="check_kind",
@@ -427,5 +437,7 @@ class Rule(_Strict):
     def _both_examples(cls, examples: list[Example]) -> list[Example]:
         missing = {"match", "no-match"} - {e.expect for e in examples}
         if missing:
-            raise ValueError(f"examples need at least one match and one no-match (missing {', '.join(sorted(missing))})")
+            raise ValueError(
+                f"examples need at least one match and one no-match (missing {', '.join(sorted(missing))})"
+            )
         return examples

@@ -83,7 +83,11 @@ class FixTemplates(ImmutableSandboxedEnvironment):
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         owner = getattr(value, "__self__", None)
-        if getattr(value, "__name__", "") in ("format", "format_map") and isinstance(owner, str) and _WIDTH.search(owner):
+        if (
+            getattr(value, "__name__", "") in ("format", "format_map")
+            and isinstance(owner, str)
+            and _WIDTH.search(owner)
+        ):
             raise TemplateBudgetError("format width or precision too large")
         return super().wrap_str_format(value)
 

@@ -46,7 +46,6 @@ _ALLOWED_NAMES = frozenset(
 )
 
 
-
 def allowed(name: str) -> bool:
     return name in _ALLOWED_NAMES or name.startswith(_ALLOWED_PREFIXES)
 
@@ -77,9 +76,5 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
 
 def probe(environ: Mapping[str, str] | None = None) -> Env:
     environ = os.environ if environ is None else environ
-    values = {
-        name: redact_value(name, value)
-        for name, value in sorted(environ.items())
-        if allowed(name)
-    }
+    values = {name: redact_value(name, value) for name, value in sorted(environ.items()) if allowed(name)}
     return Env(source="live", values=values, complete=True)

@@ -558,10 +558,19 @@ MEASUREMENTS: dict[str, frozenset[str]] = {
         {"correct", "dtype", "algbw_gbps_max", "busbw_gbps_max", "busbw_gbps_avg"}
         | {f"{kind}_{size}" for kind in ("time_us", "algbw_gbps", "busbw_gbps") for size in _SWEEP_SIZES}
     ),
-    "placement": frozenset({"nvml_pids_matched", "nvml_error", "foreign_ranks_on_gpu0", "gpu0_foreign_ranks",
-                            "ranks_on_foreign_device", "foreign_device_ranks"}),
-    "duplicate_gpu": frozenset({"mode", "distinct_devices", "duplicates", "duplicate_ranks", "nccl_error",
-                                "nccl_rejects_shared"}),
+    "placement": frozenset(
+        {
+            "nvml_pids_matched",
+            "nvml_error",
+            "foreign_ranks_on_gpu0",
+            "gpu0_foreign_ranks",
+            "ranks_on_foreign_device",
+            "foreign_device_ranks",
+        }
+    ),
+    "duplicate_gpu": frozenset(
+        {"mode", "distinct_devices", "duplicates", "duplicate_ranks", "nccl_error", "nccl_rejects_shared"}
+    ),
     "lightning_fit": frozenset({"strategy", "fit_s", "global_step", "loss_finite"}),
 }
 

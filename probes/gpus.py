@@ -110,7 +110,6 @@ def unanswered(reason: str, environ: Mapping[str, str], pci_root: Path | None = 
     return gpus, driver
 
 
-
 def nvidia_pci_gpus(root: Path) -> int | None:
     """NVIDIA display/3D controllers on the PCI bus (class 0x03xxxx); None when unreadable."""
     try:

@@ -169,8 +169,13 @@ def user_frame(frames: Sequence[Frame]) -> Frame | None:
 def rank_stack(frames: list[Frame], **fields) -> RankStack:
     waiting_in, library = _classified(frames)
     return RankStack(
-        frames=frames[:MAX_FRAMES], waiting_in=waiting_in, user_frame=user_frame(frames), library_frame=library,
-        activity=activity(waiting_in), rank_branch=rank_branch(frames), **fields
+        frames=frames[:MAX_FRAMES],
+        waiting_in=waiting_in,
+        user_frame=user_frame(frames),
+        library_frame=library,
+        activity=activity(waiting_in),
+        rank_branch=rank_branch(frames),
+        **fields,
     )
 
 
@@ -239,7 +244,9 @@ def parse_faulthandler(text: str, main_thread: int | None) -> list[Frame]:
         frame = _FH_FRAME.match(line)
         if frame and current is not None:
             number = frame.group(2)
-            current.append(Frame(file=frame.group(1), line=int(number) if number.isdigit() else None, function=frame.group(3)))
+            current.append(
+                Frame(file=frame.group(1), line=int(number) if number.isdigit() else None, function=frame.group(3))
+            )
     if main_thread in threads:
         return threads[main_thread]
     return threads[order[0]] if order else []
@@ -372,9 +379,7 @@ def find_ranks(root_pid: int) -> list[RankProcess]:
             parents[p.pid] = p.ppid()
         except psutil.Error:
             parents[p.pid] = None
-    ranks = [
-        p for p in tree if identity[p.pid] != (None, None) and identity.get(parents[p.pid]) != identity[p.pid]
-    ]
+    ranks = [p for p in tree if identity[p.pid] != (None, None) and identity.get(parents[p.pid]) != identity[p.pid]]
     found = [RankProcess(p.pid, _global_rank(environs[p.pid]), _int(identity[p.pid][1])) for p in ranks]
     by_pid = {p.pid: p for p in tree}
     rank_parents = {parents[p.pid] for p in ranks}
@@ -443,7 +448,9 @@ def _collective(entry: dict) -> Collective:
         state=entry.get("state"),
         pg=pg,
         frame=user_frame(frames),
-        sizes=sizes if isinstance(sizes, list) and all(isinstance(x, list) and all(isinstance(d, int) for d in x) for x in sizes) else None,
+        sizes=sizes
+        if isinstance(sizes, list) and all(isinstance(x, list) and all(isinstance(d, int) for d in x) for x in sizes)
+        else None,
     )
 
 
@@ -546,14 +553,18 @@ def sequence(per_rank: dict[int, list[Collective]], stacks: Sequence[RankStack] 
     code. Ranks that agree all along but some went further: a rank behind, unless it exited
     and the others repeat a step's collective (uneven again).
     """
-    series = {rank: {c.seq: c for c in entries if c.seq is not None and c.op not in ("send", "recv")}
-              for rank, entries in per_rank.items()}
+    series = {
+        rank: {c.seq: c for c in entries if c.seq is not None and c.op not in ("send", "recv")}
+        for rank, entries in per_rank.items()
+    }
     if not any(series.values()):
         return None
     pgs = [{c.pg for c in s.values()} for s in series.values() if s]
     pg = sorted(set.intersection(*pgs), key=str)[0] if set.intersection(*pgs) else None
     # a rank that dumped but issued nothing in the group yet stands at sequence number 0
-    series = {rank: {0: Collective(seq=0), **{seq: c for seq, c in s.items() if c.pg == pg}} for rank, s in series.items()}
+    series = {
+        rank: {0: Collective(seq=0), **{seq: c for seq, c in s.items() if c.pg == pg}} for rank, s in series.items()
+    }
     exited = any(st.activity == "exited" for st in stacks)
 
     def continues(rank: int, seq: int) -> bool:
@@ -561,7 +572,7 @@ def sequence(per_rank: dict[int, list[Collective]], stacks: Sequence[RankStack] 
         repeated just before (a training step's: the same ops, the same shapes)."""
         history = [_key(series[rank][n]) for n in range(seq - 2 * MAX_STEP_OPS, seq) if n in series[rank]]
         for period in range(1, MAX_STEP_OPS + 1):
-            if len(history) >= 2 * period and history[-period:] == history[-2 * period:-period]:
+            if len(history) >= 2 * period and history[-period:] == history[-2 * period : -period]:
                 return seq in series[rank] and _key(series[rank][seq]) == history[-period]
         return False
 
@@ -603,12 +614,30 @@ _RANK_TEST = re.compile(
 )
 _RANK_DECORATOR = re.compile(r"\brank_zero_only\b|\bon_main_process\b|\bon_local_main_process\b")
 # calls every rank must make: torch.distributed, Lightning, Fabric, accelerate
-_SYNC_CALLS = frozenset({
-    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
-    "broadcast", "broadcast_object_list", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
-    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "wait_for_everyone",
-    "gather_for_metrics", "reduce_boolean_decision",
-})
+_SYNC_CALLS = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_gather",
+        "all_gather_object",
+        "all_gather_into_tensor",
+        "broadcast",
+        "broadcast_object_list",
+        "reduce",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "all_to_all",
+        "all_to_all_single",
+        "wait_for_everyone",
+        "gather_for_metrics",
+        "reduce_boolean_decision",
+    }
+)
 _SYNC_IF_KEYWORD = {"log": "sync_dist", "log_dict": "sync_dist"}  # self.log(..., sync_dist=True)
 MAX_SOURCE_BYTES = 2_000_000
 
@@ -658,7 +687,9 @@ def _sync_call(node: ast.Call) -> str | None:
     if name in _SYNC_CALLS:
         return ast.unparse(func)
     keyword = _SYNC_IF_KEYWORD.get(name or "")
-    if keyword and any(k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords):
+    if keyword and any(
+        k.arg == keyword and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords
+    ):
         return ast.unparse(func)
     return None
 
@@ -677,7 +708,11 @@ def rank_zero_calls(paths: Iterable[str]) -> list[SourceCall]:
             call = _sync_call(node)
             inside = [b for b in branches if b[0] <= node.lineno <= b[1]]
             if call and inside:
-                found.append(SourceCall(file=path, line=node.lineno, call=call, condition=min(inside, key=lambda b: b[1] - b[0])[2]))
+                found.append(
+                    SourceCall(
+                        file=path, line=node.lineno, call=call, condition=min(inside, key=lambda b: b[1] - b[0])[2]
+                    )
+                )
     return found
 
 
@@ -707,7 +742,7 @@ def tracebacks(lines: Iterable[str]) -> list[tuple[int | None, list[str]]]:
     for raw in lines:
         line = raw.rstrip("\n")
         m = _PREFIX.match(line)
-        rank, text = (int(m.group(1)), line[m.end():]) if m else (None, line)
+        rank, text = (int(m.group(1)), line[m.end() :]) if m else (None, line)
         if text.startswith("Traceback (most recent call last):"):
             open_[rank] = [text]
             continue
@@ -747,7 +782,9 @@ def first_failure(lines: Iterable[str], rank: int | None, read: Callable[[str], 
         return None
     first = mine[0]
     kind = _EXCEPTION.match(first[-1])
-    frames = [Frame(file=m.group(1), line=int(m.group(2)), function=m.group(3)) for m in map(_TB_FRAME.match, first) if m]
+    frames = [
+        Frame(file=m.group(1), line=int(m.group(2)), function=m.group(3)) for m in map(_TB_FRAME.match, first) if m
+    ]
     # the exception and its message, not the source lines a traceback quotes: the user's own
     # code says nothing about what went wrong and may hold any word
     log = read("\n".join(line for block in mine for line in _without_code(block)))
@@ -828,8 +865,23 @@ def take_stacks(
 # Where a rank waits on its peers. A rank that stays at the same such place for a whole
 # window is not making progress even while it burns a core (NCCL busy-waits).
 PEER_WAITS = frozenset(
-    {"barrier", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
-     "all_to_all", "send", "recv", "verify_params", "init_process_group", "rendezvous", "cuda_sync"}
+    {
+        "barrier",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+        "all_to_all",
+        "send",
+        "recv",
+        "verify_params",
+        "init_process_group",
+        "rendezvous",
+        "cuda_sync",
+    }
 )
 
 
@@ -845,9 +897,16 @@ def spin_signature(stacks: Sequence[RankStack]) -> tuple | None:
     elsewhere = [s for s in stacks if s.waiting_in not in PEER_WAITS]
     if not waiting:
         return None
-    if elsewhere and (any(s.waiting_in in STARTUP_WAITS for s in waiting) or any(s.waiting_in == "import" for s in elsewhere)):
+    if elsewhere and (
+        any(s.waiting_in in STARTUP_WAITS for s in waiting) or any(s.waiting_in == "import" for s in elsewhere)
+    ):
         return None  # ranks waiting at start-up for one still importing or loading: starting, not stuck
-    return tuple(sorted((s.pid or 0, s.waiting_in or "", *((s.frames[0].file, s.frames[0].line) if s.frames else ())) for s in waiting))
+    return tuple(
+        sorted(
+            (s.pid or 0, s.waiting_in or "", *((s.frames[0].file, s.frames[0].line) if s.frames else ()))
+            for s in waiting
+        )
+    )
 
 
 def collect_hang(
@@ -876,8 +935,10 @@ def collect_hang(
         hang.unavailable["ranks.frames"] = "; ".join(notes) or "no stack method worked"
     elif notes:
         hang.unavailable["ranks.method"] = "fell back: " + "; ".join(notes)
-    hang.ranks += [RankStack(rank=p.rank, local_rank=p.local_rank, pid=p.pid, state="exited", activity="exited")
-                   for p in {p.rank: p for p in gone}.values()]
+    hang.ranks += [
+        RankStack(rank=p.rank, local_rank=p.local_rank, pid=p.pid, state="exited", activity="exited")
+        for p in {p.rank: p for p in gone}.values()
+    ]
     per_rank: dict[int, list[Collective]] = {}
     if fr_dir is not None:
         per_rank, found = read_flight_recorder(fr_dir)

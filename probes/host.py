@@ -47,9 +47,7 @@ def _os_name(root: Path) -> str | None:
             text = (root / rel).read_text()
         except OSError:
             continue
-        fields = dict(
-            line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#")
-        )
+        fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
         pretty = fields.get("PRETTY_NAME") or fields.get("NAME")
         if pretty:
             return pretty.strip().strip('"')
@@ -113,9 +111,7 @@ def detect_interactive(environ: Mapping[str, str], ancestors: Callable[[], Itera
         return True
     if any(name in environ for name in _NOTEBOOK_ENV):
         return True
-    return any(
-        any(marker in cmd for marker in _NOTEBOOK_CMD) for cmd in ancestors()
-    )
+    return any(any(marker in cmd for marker in _NOTEBOOK_CMD) for cmd in ancestors())
 
 
 def _ancestor_cmdlines() -> Iterable[str]:

@@ -40,9 +40,7 @@ def detect_kind(environ: Mapping[str, str], interactive: bool | None = None) -> 
     # deepspeed's own launcher sets these next to RANK/LOCAL_RANK
     if "CROSS_RANK" in environ and "LOCAL_SIZE" in environ:
         return "deepspeed"
-    if "OMPI_COMM_WORLD_SIZE" in environ or (
-        "PMI_RANK" in environ and "SLURM_JOB_ID" not in environ
-    ):
+    if "OMPI_COMM_WORLD_SIZE" in environ or ("PMI_RANK" in environ and "SLURM_JOB_ID" not in environ):
         return "mpirun"
     if "SLURM_JOB_ID" in environ:
         return "slurm"

@@ -209,7 +209,9 @@ def _alternation(words: tuple[str, ...]) -> str:
 
 
 # Signatures the reader emits itself, from what several lines say together (not a pattern).
-READER_SIGNATURES = {"duplicate_global_rank": "two ranks report the same GLOBAL_RANK (SLURM tasks and devices disagree)"}
+READER_SIGNATURES = {
+    "duplicate_global_rank": "two ranks report the same GLOBAL_RANK (SLURM tasks and devices disagree)"
+}
 
 # Lowercase words that make a line worth keeping in a long log even without a signature.
 _RELEVANT_WORDS = (
@@ -259,10 +261,14 @@ class _Matcher:
         # on a short ASCII line without a carriage return, what the finder matched is what
         # is_relevant would find, unless a word's every non-ASCII letter case-folds to an ASCII
         # one (the long s, the Kelvin sign): RE2 would find such a word in ASCII text
-        self.ascii_words = all(w.isascii() or any(ord(c) > 127 and c not in "\u017f\u212a" for c in w) for w in relevant)
+        self.ascii_words = all(
+            w.isascii() or any(ord(c) > 127 and c not in "\u017f\u212a" for c in w) for w in relevant
+        )
         # signatures whose match can name a rank: the only ones whose count key needs the match
         self.ranked = {
-            sig.id for sig in catalog.signatures.values() if any("rank" in c.groupindex for c in (*sig.compiled, *sig.compiled_fields))
+            sig.id
+            for sig in catalog.signatures.values()
+            if any("rank" in c.groupindex for c in (*sig.compiled, *sig.compiled_fields))
         }
 
     def candidates(self, lowered: str) -> tuple[list[SignatureDef], bool]:
@@ -350,9 +356,7 @@ _INLINE_RANK = re.compile(r"\[(?:rank: ?|(?:PG [^\]]*?)?Rank )(?P<rank>\d+)\]")
 _SUMMARY_RANK = re.compile(r"^\s*(?:\[\w+\]:)?\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)")
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\)")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
-_STRIP_PREFIX = re.compile(
-    r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,[^\]]*\]<std(?:out|err)>:|\d{1,5}:)\s?"
-)
+_STRIP_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,[^\]]*\]<std(?:out|err)>:|\d{1,5}:)\s?")
 # signatures whose matches change the reader's state beyond their own count
 _STATEFUL = frozenset({"lightning_ddp_init", "child_failed"})
 _MAX_RANKS = 1 << 16  # distinct GLOBAL_RANK values tracked, to keep memory bounded
@@ -541,8 +545,13 @@ class _Reader:
             s.summary_rank, s.summary_line = int(summary.group("rank")), no
             if s.in_root_cause:
                 s.in_root_cause = False
-                self._signature("child_failed", no, text, s.summary_rank,
-                                {"first_failing_rank": summary.group("rank"), "local_rank": summary.group("local")})
+                self._signature(
+                    "child_failed",
+                    no,
+                    text,
+                    s.summary_rank,
+                    {"first_failing_rank": summary.group("rank"), "local_rank": summary.group("local")},
+                )
         elif rank is None and no - s.summary_line <= _SUMMARY_SPAN:
             rank = s.summary_rank
         full = len(s.signatures) >= MAX_SIGNATURES
@@ -601,7 +610,9 @@ class _Reader:
                 block.add(i, start)
                 text = block.text(i)
                 rank, _ = self._rank(text)
-                s.head.append(LogLine(no=base + i + 1, text=redact_text(text[:KEPT_LINE_CHARS]), rank=rank, source=s.name))
+                s.head.append(
+                    LogLine(no=base + i + 1, text=redact_text(text[:KEPT_LINE_CHARS]), rank=rank, source=s.name)
+                )
                 start = block.spans[i][1] + 1
         relevant, traceback = self._signatures(block, base)
         self.ring.append(_Pending(block, base, {base + i + 1 for i in relevant}, {base + i + 1 for i in traceback}))
@@ -701,7 +712,12 @@ class _Reader:
         found = []
         for i in block.find(matcher.relevant_finder, start, first_index):
             begin, end = spans[i]
-            if matcher.ascii_words and end - begin <= EXAMINE_CHARS and data.find(b"\r", begin, end) == -1 and data[begin:end].isascii():
+            if (
+                matcher.ascii_words
+                and end - begin <= EXAMINE_CHARS
+                and data.find(b"\r", begin, end) == -1
+                and data[begin:end].isascii()
+            ):
                 found.append(i)
             elif matcher.is_relevant(block.text(i)):
                 found.append(i)
@@ -834,7 +850,7 @@ def _utf8(pieces: Iterator[str | bytes]) -> Iterator[bytes]:
             yield decoder.decode(piece).encode("utf-8", errors="surrogatepass")
         yield decoder.decode(b"", final=True).encode("utf-8", errors="surrogatepass")
         return
-    yield first[len(codecs.BOM_UTF8):] if first.startswith(codecs.BOM_UTF8) else first
+    yield first[len(codecs.BOM_UTF8) :] if first.startswith(codecs.BOM_UTF8) else first
     for piece in pieces:
         yield piece if isinstance(piece, bytes) else str(piece).encode("utf-8", errors="replace")
 

@@ -78,7 +78,9 @@ def nccl_state(log: Log) -> NcclState | None:
     completed = "nccl_init_complete" in by_id or any(d.get("stage") == "COMPLETE" for d in inits)
     nranks = [int(d["nranks"]) for d in inits if d.get("nranks", "").isdigit()]
     hosts = _ordered(d.get("host") for i in ("nccl_bootstrap", "nccl_net", "nccl_comm_init") for d in by_id.get(i, []))
-    last = next((line.text for line in reversed(log.lines or []) if "NCCL INFO" in line.text or "NCCL WARN" in line.text), None)
+    last = next(
+        (line.text for line in reversed(log.lines or []) if "NCCL INFO" in line.text or "NCCL WARN" in line.text), None
+    )
     return NcclState(
         net=next((d["net"] for d in by_id.get("nccl_net", []) if d.get("net")), None),
         interfaces=_ordered(_interfaces(sigs)),
@@ -97,9 +99,7 @@ _VERSION_FIELDS = {"nccl_version": "version", "nccl_error": "nccl_version", "ncc
 def nccl_versions(log: Log) -> list[str] | None:
     """Every NCCL release the log names (x.y.z, build suffix dropped); None when it names none."""
     found = [
-        sig.data.get(field, "").split("+")[0]
-        for sig in log.signatures or []
-        if (field := _VERSION_FIELDS.get(sig.id))
+        sig.data.get(field, "").split("+")[0] for sig in log.signatures or [] if (field := _VERSION_FIELDS.get(sig.id))
     ]
     return _ordered(found) or None
 

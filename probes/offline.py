@@ -54,8 +54,13 @@ _STRATEGY = [
     _linear(r"""\b(?:accelerator|distributed_backend)\s*=\s*["'](?P<s>ddp\w*|dp|ddp2|horovod)["']"""),
     _linear(r"\bstrategy\s*=\s*(?P<cls>DDP|FSDP|DeepSpeed|DDPSpawn|SingleDevice)Strategy\("),
 ]
-_STRATEGY_CLASS = {"DDP": "ddp", "FSDP": "fsdp", "DeepSpeed": "deepspeed", "DDPSpawn": "ddp_spawn",
-                   "SingleDevice": "single_device"}
+_STRATEGY_CLASS = {
+    "DDP": "ddp",
+    "FSDP": "fsdp",
+    "DeepSpeed": "deepspeed",
+    "DDPSpawn": "ddp_spawn",
+    "SingleDevice": "single_device",
+}
 _DEVICES = [
     _linear(r"\b(?:devices|gpus|num_gpus|n_gpus)\s*=\s*(?P<n>\d+)\b"),
     _linear(r"--(?:devices|gpus|num[_-]gpus)[= ]+(?P<n>\d+)\b(?![,\d])"),
@@ -223,8 +228,10 @@ def _from_signatures(facts: Facts) -> None:
                 facts.env.source = facts.env.source or "log"
         elif sig.id == "nccl_version" and "version" in data:
             _set(facts.torch, "nccl", data["version"].split("+")[0])
-        elif sig.id == "cuda_arch_incompatible" and "arch" in data and not any(
-            d.compute_capability for d in facts.gpus.devices or []
+        elif (
+            sig.id == "cuda_arch_incompatible"
+            and "arch" in data
+            and not any(d.compute_capability for d in facts.gpus.devices or [])
         ):
             # torch's own warning names the device and its capability: more than a model named in prose
             arch = data["arch"][3:]

@@ -82,7 +82,10 @@ def _fallback_problem(pattern: str) -> tuple[str | None, int]:
         return f"it is not a valid regular expression either ({exc})", 0
     unbounded: list[int] = []
     if _nested(parsed, False, unbounded):
-        return "it repeats a repetition (like (a+)+), which backtracking cannot bound; rewrite it without look-around or nesting", 0
+        return (
+            "it repeats a repetition (like (a+)+), which backtracking cannot bound; rewrite it without look-around or nesting",
+            0,
+        )
     if len(unbounded) > MAX_UNBOUNDED:
         return f"it has {len(unbounded)} unbounded repetitions (at most {MAX_UNBOUNDED} where look-around is needed)", 0
     return None, len(unbounded)

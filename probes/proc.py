@@ -77,7 +77,9 @@ def group_members(groups: Iterable[int]) -> list[psutil.Process]:
     return members
 
 
-def end(procs: Iterable[psutil.Process], *, groups: Sequence[int] = (), grace: float = 0.0, reap_s: float = REAP_S) -> list[psutil.Process]:
+def end(
+    procs: Iterable[psutil.Process], *, groups: Sequence[int] = (), grace: float = 0.0, reap_s: float = REAP_S
+) -> list[psutil.Process]:
     """End ``procs`` and the members of ``groups``: TERM, up to ``grace`` seconds, KILL, reap.
 
     With ``grace`` 0 it goes straight to KILL. Returns the processes still alive afterwards.

@@ -79,7 +79,9 @@ _TOKENIZER_KEYS = re.compile(r"(?:pad|eos|bos|unk|sep|cls|mask)_token", re.IGNOR
 _KEY_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY( BLOCK)?-----")
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY( BLOCK)?-----")
 # inside a key block: base64 lines, possibly behind a log prefix such as "[rank0]: "
-_KEY_BODY = re.compile(r"(?:\[[^\]\n]{0,40}\]:?\s?)?[A-Za-z0-9+/=\s]{0,4096}|(?:Proc-Type|DEK-Info|Comment):[^\n]{0,256}")
+_KEY_BODY = re.compile(
+    r"(?:\[[^\]\n]{0,40}\]:?\s?)?[A-Za-z0-9+/=\s]{0,4096}|(?:Proc-Type|DEK-Info|Comment):[^\n]{0,256}"
+)
 
 # What a terminal would act on: CSI and OSC sequences whole, then any other C0/C1 control.
 _ESCAPES = re.compile(r"\x1b\[[0-9;?<>=]{0,64}[ -/]{0,8}[@-~]|\x1b\][^\x07\x1b\n]{0,4096}(?:\x07|\x1b\\)?|\x1b[@-_]")

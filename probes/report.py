@@ -82,8 +82,15 @@ _SMI_PROCESS = re.compile(
 _TOPO_HEADER = re.compile(r"^\s*(?P<cols>(?:GPU\d+\s+)+)")
 _TOPO_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(?:\s+|$))+)")
 _P2P_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|OK|CNS|GNS|TNS|NS|DR|U)(?:\s+|$))+)$")
-_P2P_STATUS = {"OK": "ok", "CNS": "not_supported", "GNS": "not_supported", "TNS": "not_supported",
-               "NS": "not_supported", "DR": "disabled", "U": "unknown"}
+_P2P_STATUS = {
+    "OK": "ok",
+    "CNS": "not_supported",
+    "GNS": "not_supported",
+    "TNS": "not_supported",
+    "NS": "not_supported",
+    "DR": "disabled",
+    "U": "unknown",
+}
 _P2P_DEVICE = re.compile(
     r"^Device: (?P<index>\d+), (?P<name>.+?), pciBusID: (?P<bus>\w+), pciDeviceID: \w+, pciDomainID:\s*(?P<domain>\w+)"
 )
@@ -127,8 +134,10 @@ def _size_gib(value: str) -> int | None:
 
 def _platform(text: str) -> str | None:
     low = text.lower()
-    if low.startswith("linux") or any(w in low for w in ("ubuntu", "debian", "centos", "red hat", "rhel",
-                                                          "fedora", "rocky", "almalinux", "suse", "arch linux")):
+    if low.startswith("linux") or any(
+        w in low
+        for w in ("ubuntu", "debian", "centos", "red hat", "rhel", "fedora", "rocky", "almalinux", "suse", "arch linux")
+    ):
         return "linux"
     if "windows" in low or low.startswith("win"):
         return "win32"
@@ -204,7 +213,7 @@ class _Parser:
             if handler(stripped):
                 return
         bullet = _BULLET.match(raw)
-        body = raw[bullet.end():].strip() if bullet else stripped
+        body = raw[bullet.end() :].strip() if bullet else stripped
         is_bullet = bool(bullet and raw[: bullet.end()].strip(" >#"))
         heading = re.match(r"^\*\s+(?P<name>[A-Za-z][\w ]*):\s*$", stripped)
         if heading:
@@ -236,9 +245,13 @@ class _Parser:
         f = self.found
         m = _P2P_DEVICE.match(line)
         if m:
-            f.device(int(m.group("index")), name=m.group("name").strip(),
-                     pci_bus_id=f"{int(m.group('domain'), 16):08X}:{int(m.group('bus'), 16):02X}:00.0"
-                     if _is_hex(m.group("domain")) and _is_hex(m.group("bus")) else None)
+            f.device(
+                int(m.group("index")),
+                name=m.group("name").strip(),
+                pci_bus_id=f"{int(m.group('domain'), 16):08X}:{int(m.group('bus'), 16):02X}:00.0"
+                if _is_hex(m.group("domain")) and _is_hex(m.group("bus"))
+                else None,
+            )
             return True
         m = _P2P_ACCESS.match(line)
         if m:
@@ -367,8 +380,13 @@ class _Parser:
                 entry = f.devices.setdefault(gpu, {})
                 procs = entry.setdefault("processes", [])
                 mem = m.group("mem")
-                procs.append(GpuProcess(pid=int(m.group("pid")), used_memory_mib=float(mem) if mem else None,
-                                        cmdline=m.group("name").strip()))
+                procs.append(
+                    GpuProcess(
+                        pid=int(m.group("pid")),
+                        used_memory_mib=float(mem) if mem else None,
+                        cmdline=m.group("name").strip(),
+                    )
+                )
             return
         m = _SMI_ROW.match(line)
         if m:
@@ -376,14 +394,22 @@ class _Parser:
             self.smi_index = index
             self.smi_devices.append(index)
             ecc = m.group("ecc")
-            f.device(index, name=m.group("name").rstrip(". ").strip() or None,
-                     persistence_mode=m.group("persist") == "On", pci_bus_id=m.group("bus"),
-                     ecc_errors=int(ecc) if ecc.isdigit() else None)
+            f.device(
+                index,
+                name=m.group("name").rstrip(". ").strip() or None,
+                persistence_mode=m.group("persist") == "On",
+                pci_bus_id=m.group("bus"),
+                ecc_errors=int(ecc) if ecc.isdigit() else None,
+            )
             return
         m = _SMI_USAGE.match(line)
         if m and self.smi_index is not None:
-            f.device(self.smi_index, memory_used_mib=float(m.group("used")),
-                     memory_total_mib=float(m.group("total")), compute_mode=m.group("mode").strip())
+            f.device(
+                self.smi_index,
+                memory_used_mib=float(m.group("used")),
+                memory_total_mib=float(m.group("total")),
+                compute_mode=m.group("mode").strip(),
+            )
             return
         m = _SMI_MIG.match(line)
         if m and self.smi_index is not None and m.group("mig") != "N/A":
@@ -605,8 +631,15 @@ _KEYS = {
     "rocm used to build pytorch": _hip,
     **dict.fromkeys(["nvidia driver version", "driver version", "nvidia driver"], _driver),
     **dict.fromkeys(
-        ["gpu models and configuration", "gpu models", "gpu model", "gpu type", "gpu", "gpus",
-         "gpu model and configuration"],
+        [
+            "gpu models and configuration",
+            "gpu models",
+            "gpu model",
+            "gpu type",
+            "gpu",
+            "gpus",
+            "gpu model and configuration",
+        ],
         _gpus,
     ),
     "cpu(s)": _cpus,
@@ -618,8 +651,15 @@ _KEYS = {
     "deepspeed info": _deepspeed_info,
     **dict.fromkeys(["lightning version", "lightning"], _lightning),
     **dict.fromkeys(
-        ["pytorch lightning version", "pytorch_lightning version", "pytorch-lightning version",
-         "pytorch lightning", "pytorch_lightning", "pytorch-lightning", "pl version"],
+        [
+            "pytorch lightning version",
+            "pytorch_lightning version",
+            "pytorch-lightning version",
+            "pytorch lightning",
+            "pytorch_lightning",
+            "pytorch-lightning",
+            "pl version",
+        ],
         _pytorch_lightning,
     ),
     "distributed_type": _distributed_type,

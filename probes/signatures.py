@@ -96,9 +96,7 @@ class SignatureDef(_Strict):
         if not self.anchors:
             blind = [p for p in self.patterns if required_literals(p) is None]
             if blind:
-                raise ValueError(
-                    f"pattern {blind[0]!r} has no literal the reader can look for: give 'anchors'"
-                )
+                raise ValueError(f"pattern {blind[0]!r} has no literal the reader can look for: give 'anchors'")
         return self
 
     @functools.cached_property

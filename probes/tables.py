@@ -63,9 +63,9 @@ class Capability(_Row):
     min_torch: str | None = None
     min_nccl: str | None = None
 
-    check_versions = field_validator(
-        "capability", "min_cuda", "last_cuda", "torch_last_cuda", "min_torch", "min_nccl"
-    )(_check_version)
+    check_versions = field_validator("capability", "min_cuda", "last_cuda", "torch_last_cuda", "min_torch", "min_nccl")(
+        _check_version
+    )
 
 
 class GpuModel(_Row):
@@ -324,7 +324,9 @@ def load_tables(root: Path | None = None) -> Tables:
             for i, m in enumerate(files[name].models):
                 if version(m.capability) not in known:
                     where = _row_line(text, ("models", i))
-                    raise TableError(f"{path}{where}: models[{i}].capability: no row for compute capability {m.capability}")
+                    raise TableError(
+                        f"{path}{where}: models[{i}].capability: no row for compute capability {m.capability}"
+                    )
     archs = {c.arch for c in files["gpus"].capabilities}
     for i, issue in enumerate(files["nccl"].known_issues):
         unknown = sorted(set(issue.archs) - archs)

@@ -55,7 +55,9 @@ class BoundedReader:
     come within ``idle`` seconds, later data within ``later_idle`` (a job's output piped in
     may pause; a FIFO nobody opened never starts)."""
 
-    def __init__(self, path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS, later_idle: float | None = None) -> None:
+    def __init__(
+        self, path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS, later_idle: float | None = None
+    ) -> None:
         self.name = display_name(path)
         self.fd, self._owned = _open_fd(path)
         self.limit, self.idle = limit, idle
@@ -96,7 +98,9 @@ class BoundedReader:
         self.close()
 
 
-def open_stream(path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS, later_idle: float | None = None) -> BinaryIO:
+def open_stream(
+    path: str, *, limit: int = MAX_BYTES, idle: float = IDLE_SECONDS, later_idle: float | None = None
+) -> BinaryIO:
     """``path`` (``-`` and ``/dev/stdin`` are stdin) as a bounded binary stream."""
     return BoundedReader(path, limit=limit, idle=idle, later_idle=later_idle)  # type: ignore[return-value]
 

@@ -18,7 +18,11 @@ def test_wheel_ships_the_kb_and_runs_elsewhere(tmp_path):
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=300)
     code = "import sys, diagnose.kb as k; kb = k.load_kb(); print(k.shipped_kb_dir()); print(len(kb.rules))"
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr

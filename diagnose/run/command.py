@@ -27,13 +27,37 @@ def build_run_parser() -> Parser:
         "take every rank's stack, end the job and diagnose it.",
         epilog="Exit status: the job's own when it ends by itself, 1 on a hang, 2 bad usage, 3 internal failure.",
     )
-    parser.add_argument("--hang-after", type=float, default=DEFAULT_HANG_AFTER_S, metavar="S", help=f"seconds without progress before the job counts as hung (default {DEFAULT_HANG_AFTER_S:g})")
-    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="S", help=f"seconds between TERM and KILL when ending a hung job (default {DEFAULT_GRACE_S:g})")
-    parser.add_argument("--keep", action="store_true", help="leave a hung job running after taking its stacks (its output is no longer copied once diagnose exits)")
-    parser.add_argument("--out", metavar="DIR", help="where the log, report and dumps go (default ./diagnose-run-TIMESTAMP)")
-    parser.add_argument("--no-debug-env", action="store_true", help="do not turn on the Flight Recorder and TORCH_NCCL_DESYNC_DEBUG")
+    parser.add_argument(
+        "--hang-after",
+        type=float,
+        default=DEFAULT_HANG_AFTER_S,
+        metavar="S",
+        help=f"seconds without progress before the job counts as hung (default {DEFAULT_HANG_AFTER_S:g})",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help=f"seconds between TERM and KILL when ending a hung job (default {DEFAULT_GRACE_S:g})",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave a hung job running after taking its stacks (its output is no longer copied once diagnose exits)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="where the log, report and dumps go (default ./diagnose-run-TIMESTAMP)"
+    )
+    parser.add_argument(
+        "--no-debug-env", action="store_true", help="do not turn on the Flight Recorder and TORCH_NCCL_DESYNC_DEBUG"
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
-    parser.add_argument("--format", choices=["text", "json", "markdown"], help="output format (default: the interactive view at a terminal, else text)")
+    parser.add_argument(
+        "--format",
+        choices=["text", "json", "markdown"],
+        help="output format (default: the interactive view at a terminal, else text)",
+    )
     kb_option(parser)
     return parser
 
@@ -53,7 +77,9 @@ def _seconds(option: str, value: float, *, zero: bool) -> None:
     """A number of seconds must be finite and positive (or zero where that means "at once"):
     nan compares false with everything, so an unchecked one silently turns every test off."""
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-        raise UsageError(f"{option} must be a finite number of seconds, {'0 or more' if zero else 'more than 0'} (got {value:g})")
+        raise UsageError(
+            f"{option} must be a finite number of seconds, {'0 or more' if zero else 'more than 0'} (got {value:g})"
+        )
 
 
 def live_facts():
@@ -88,8 +114,17 @@ def cmd_run(argv: Sequence[str]) -> int:
     # a document on stdout must stay parseable: then the job's stdout joins its stderr
     job_stdout = sys.stdout.buffer if fmt == "text" else sys.stderr.buffer
     become_subreaper()
-    result = supervise(command, out=out, hang_after=args.hang_after, keep=args.keep, grace=args.grace,
-                       env=env, fr_dir=fr_dir, stdout=job_stdout, live=live_facts)
+    result = supervise(
+        command,
+        out=out,
+        hang_after=args.hang_after,
+        keep=args.keep,
+        grace=args.grace,
+        env=env,
+        fr_dir=fr_dir,
+        stdout=job_stdout,
+        live=live_facts,
+    )
     facts = run_facts(command, result)
     report = evaluate(facts, kb)
     (out / "facts.json").write_text(dump_snapshot(facts) + "\n", encoding="utf-8")

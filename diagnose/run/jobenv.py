@@ -11,7 +11,9 @@ from probes.hang import HOOK_DIR, HOOK_SIGNAL
 FR_BUFFER_ENTRIES = "2000"
 
 
-def job_env(base: Mapping[str, str], out: Path, debug_env: bool, die_with_us: bool = True) -> tuple[dict[str, str], Path | None]:
+def job_env(
+    base: Mapping[str, str], out: Path, debug_env: bool, die_with_us: bool = True
+) -> tuple[dict[str, str], Path | None]:
     """The job's environment and the Flight Recorder dump folder (None when it is off).
 
     Variables the user set are kept as they are: only unset ones get diagnose's values.

@@ -43,7 +43,10 @@ def summary_lines(result: RunResult, facts, out: Path) -> list[str]:
     else:
         what = "was interrupted" if result.outcome == "interrupted" else "failed"
         first = first_failing_rank(facts)
-        lines.append(f"the job {what} (exit {result.exit_code})" + (f"; first failing rank: {first}" if first is not None else ""))
+        lines.append(
+            f"the job {what} (exit {result.exit_code})"
+            + (f"; first failing rank: {first}" if first is not None else "")
+        )
         failure = facts.hang.first_failure
         if failure is not None and failure.exception:
             at = f" at {failure.user_frame.file}:{failure.user_frame.line}" if failure.user_frame else ""

@@ -142,10 +142,24 @@ def supervise(
         try:
             with Interrupts(proc, grace, stderr) as interrupts:
                 result = watch(
-                    proc, tee, cpu, interrupts, hang_after=hang_after, keep=keep, grace=grace,
-                    collect=lambda: collect_hang(proc.pid, hook_dir=hook_dir, fr_dir=fr_dir, py_spy=py_spy, methods=methods,
-                                                 known=list(cpu.seen_ranks.values())),
-                    sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[0],
+                    proc,
+                    tee,
+                    cpu,
+                    interrupts,
+                    hang_after=hang_after,
+                    keep=keep,
+                    grace=grace,
+                    collect=lambda: collect_hang(
+                        proc.pid,
+                        hook_dir=hook_dir,
+                        fr_dir=fr_dir,
+                        py_spy=py_spy,
+                        methods=methods,
+                        known=list(cpu.seen_ranks.values()),
+                    ),
+                    sample=lambda: take_stacks(find_ranks(proc.pid), hook_dir=hook_dir, py_spy=py_spy, methods=methods)[
+                        0
+                    ],
                 )
                 if gathered is not None:
                     result.live = gathered.result()

@@ -75,7 +75,9 @@ class RankWatch:
                 self.procs.pop(pid, None)
                 continue
             cpu = times.user + times.system
-            chars = getattr(counters, "read_chars", counters.read_bytes) + getattr(counters, "write_chars", counters.write_bytes)
+            chars = getattr(counters, "read_chars", counters.read_bytes) + getattr(
+                counters, "write_chars", counters.write_bytes
+            )
             before = self.seen.get(pid)
             if before is None:  # a rank seen for the first time has just started (or was just found)
                 self.seen[pid] = (now, cpu, chars)
@@ -92,8 +94,18 @@ class RankWatch:
         return busy
 
 
-def watch(proc: subprocess.Popen, tee: Tee, cpu: RankWatch, interrupts: Interrupts, *, hang_after: float,
-           keep: bool, grace: float, collect, sample) -> RunResult:
+def watch(
+    proc: subprocess.Popen,
+    tee: Tee,
+    cpu: RankWatch,
+    interrupts: Interrupts,
+    *,
+    hang_after: float,
+    keep: bool,
+    grace: float,
+    collect,
+    sample,
+) -> RunResult:
     interval = min(1.0, max(0.1, hang_after / 10))
     last_busy = time.monotonic()
     spin_checked, spin_seen = 0.0, None
@@ -120,7 +132,11 @@ def watch(proc: subprocess.Popen, tee: Tee, cpu: RankWatch, interrupts: Interrup
         silent = now - tee.last_output
         if silent < hang_after / 2:
             spin_seen = None
-        elif now - last_progress < hang_after and now - spin_checked >= hang_after / 2 and (spin_seen is None or silent >= hang_after):
+        elif (
+            now - last_progress < hang_after
+            and now - spin_checked >= hang_after / 2
+            and (spin_seen is None or silent >= hang_after)
+        ):
             # silent but busy: stuck only if the ranks waiting on their peers stay put, looked
             # at twice half a --hang-after apart within a silence of a whole one
             spin_checked = now
@@ -131,8 +147,14 @@ def watch(proc: subprocess.Popen, tee: Tee, cpu: RankWatch, interrupts: Interrup
         with tee.lock:
             log_bytes = tee.written
         hang = collect()
-        result = RunResult("hung", int(Exit.FINDINGS), idle_s=round(now - last_progress, 1),
-                           log_bytes=log_bytes, hang=hang, rank_env=cpu.rank_env)
+        result = RunResult(
+            "hung",
+            int(Exit.FINDINGS),
+            idle_s=round(now - last_progress, 1),
+            log_bytes=log_bytes,
+            hang=hang,
+            rank_env=cpu.rank_env,
+        )
         if spinning:
             result.notes.append(
                 f"no output for {now - tee.last_output:.0f}s; the ranks kept a CPU busy without leaving "

@@ -20,7 +20,11 @@ from diagnose.report import EvidenceItem, Finding, RenderedFix, Report, RuleOutc
 from probes.facts import Cluster, Facts, ProbeError, Skipped
 
 # fired or not: a mark and a word, so the table reads the same without colour
-EVIDENCE_MARK = {"fired": ("✓", "fired", "green"), "not_fired": ("·", "no", "dim"), "unknown": ("?", "unknown", "yellow")}
+EVIDENCE_MARK = {
+    "fired": ("✓", "fired", "green"),
+    "not_fired": ("·", "no", "dim"),
+    "unknown": ("?", "unknown", "yellow"),
+}
 MAX_TREE_ITEMS = 100
 
 
@@ -69,7 +73,9 @@ def cause_row(rank: int, finding: Finding) -> Table:
     row.add_column(no_wrap=True)
     row.add_column(ratio=1)
     row.add_row(
-        Text.assemble((f"{rank:>2}.", "bold"), " ", severity_text(finding.severity), (f"{finding.confidence:<6}", "dim")),
+        Text.assemble(
+            (f"{rank:>2}.", "bold"), " ", severity_text(finding.severity), (f"{finding.confidence:<6}", "dim")
+        ),
         finding.title,
     )
     return row
@@ -102,7 +108,9 @@ def evidence_table(items: Iterable[EvidenceItem]) -> Table:
     for item in items:
         mark, word, style = EVIDENCE_MARK[item.state]
         what = item.label or (item.what if item.kind == "fact" else f"{item.kind}: {item.what}")
-        table.add_row(Text(f"{mark} {word}", style=style), shorten(what, 60), _value(item.observed), shorten(item.expected, 40))
+        table.add_row(
+            Text(f"{mark} {word}", style=style), shorten(what, 60), _value(item.observed), shorten(item.expected, 40)
+        )
         for line in item.lines:
             table.add_row("", Text(shorten(line, 120), style="dim"), "", "")
     return table
@@ -117,8 +125,12 @@ class FixView(Static, can_focus=True):
         self.number, self.count = number, count
 
     def render(self) -> Group:
-        title = Text.assemble((f"Fix {self.number}/{self.count}: ", "bold"), self.fix.title, (f"  [{self.fix.kind}]", "dim"))
-        code = Syntax(self.fix.snippet.rstrip(), self.fix.language, theme="ansi_dark", word_wrap=True, background_color="default")
+        title = Text.assemble(
+            (f"Fix {self.number}/{self.count}: ", "bold"), self.fix.title, (f"  [{self.fix.kind}]", "dim")
+        )
+        code = Syntax(
+            self.fix.snippet.rstrip(), self.fix.language, theme="ansi_dark", word_wrap=True, background_color="default"
+        )
         return Group(title, code)
 
 
@@ -154,7 +166,9 @@ class CauseDetail(VerticalScroll):
                 yield FixView(fix, number, len(f.fixes))
         if f.references:
             yield Static("References", classes="heading")
-            yield Static(Text("\n").join(Text(ref, style=f"link {ref}" if "://" in ref else "") for ref in f.references))
+            yield Static(
+                Text("\n").join(Text(ref, style=f"link {ref}" if "://" in ref else "") for ref in f.references)
+            )
 
 
 def outcome_table(outcomes: Sequence[RuleOutcome], needle: str, empty: str) -> Table | Text:
@@ -223,14 +237,25 @@ def cluster_view(cluster: Cluster) -> Group:
     from diagnose.clusterview import job_summary, node_rows, node_title
 
     def table(title: str, rows: list[tuple[str, str]]) -> Table:
-        out = Table(box=None, padding=(0, 1), expand=True, show_header=False, title=title, title_justify="left", title_style="bold")
+        out = Table(
+            box=None,
+            padding=(0, 1),
+            expand=True,
+            show_header=False,
+            title=title,
+            title_justify="left",
+            title_style="bold",
+        )
         out.add_column("", no_wrap=True, style="bold")
         out.add_column("", ratio=1)
         for key, value in rows:
             out.add_row(key, value)
         return out
 
-    return Group(table("Cluster", job_summary(cluster)), *(table(f"Node {node_title(n)}", node_rows(n, cluster)) for n in cluster.nodes))
+    return Group(
+        table("Cluster", job_summary(cluster)),
+        *(table(f"Node {node_title(n)}", node_rows(n, cluster)) for n in cluster.nodes),
+    )
 
 
 def _label(key: str, value: Any) -> Text:

@@ -30,7 +30,9 @@ def _die_with_parent() -> None:
 
     # probes.proc.die_with_parent does this for the job's first process; here it runs inside
     # the user's own interpreter, where probes may not be importable, so it asks the kernel itself
-    if sys.platform.startswith("linux") and ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+    if (
+        sys.platform.startswith("linux") and ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0
+    ):  # PR_SET_PDEATHSIG
         os.environ["DIAGNOSE_DIE_WITH"] = str(os.getpid())
         if os.getppid() != parent:  # the parent died before the request took effect
             os._exit(128 + int(signal.SIGKILL))

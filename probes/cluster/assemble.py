@@ -46,10 +46,18 @@ def assemble(
         if arrival and node.hostname is None:
             node.hostname = arrival.get("hostname")
         state = "reported" if payload else "silent" if arrival else "missing"
-        entry = ClusterRank(rank=rank, node=name, state=state, local_rank=(arrival or {}).get("local_rank"), pid=(arrival or {}).get("pid"))
+        entry = ClusterRank(
+            rank=rank,
+            node=name,
+            state=state,
+            local_rank=(arrival or {}).get("local_rank"),
+            pid=(arrival or {}).get("pid"),
+        )
         if payload:
             entry.step, entry.error = payload.get("step"), payload.get("error")
-            entry.device, entry.device_name, entry.device_uuid = (payload["device"].get(k) for k in ("device", "device_name", "device_uuid"))
+            entry.device, entry.device_name, entry.device_uuid = (
+                payload["device"].get(k) for k in ("device", "device_name", "device_uuid")
+            )
             _fill_node(node, payload)
         elif arrival:
             entry.step = steps.get(rank)
@@ -65,11 +73,15 @@ def assemble(
             setattr(facts, section, getattr(own, section))
     for node in cluster.nodes:
         facts.errors.extend(ProbeError(probe=f"{node.name}: {e.probe}", message=e.message) for e in node.errors)
-    facts.microtests = _microtests(me.world_size, roster, payloads, steps, backend) if microtests_run else MicroTests(source="live")
+    facts.microtests = (
+        _microtests(me.world_size, roster, payloads, steps, backend) if microtests_run else MicroTests(source="live")
+    )
     if not microtests_run:
         facts.skipped.append(Skipped(what="cluster micro-tests", reason="not requested (--microtests none)"))
     elif len(roster) < me.world_size:
-        facts.skipped.append(Skipped(what="cluster micro-tests", reason=f"{me.world_size - len(roster)} rank(s) never joined"))
+        facts.skipped.append(
+            Skipped(what="cluster micro-tests", reason=f"{me.world_size - len(roster)} rank(s) never joined")
+        )
     return facts
 
 
@@ -95,7 +107,9 @@ def _bandwidths(cluster: Cluster, payloads: Mapping[int, dict]) -> None:
         node.inter_gbps = inter.get(f"gbps_rank{leader}")
 
 
-def _microtests(world: int, roster: Mapping[int, dict], payloads: Mapping[int, dict], steps: Mapping[int, str], backend: str | None) -> MicroTests:
+def _microtests(
+    world: int, roster: Mapping[int, dict], payloads: Mapping[int, dict], steps: Mapping[int, str], backend: str | None
+) -> MicroTests:
     """The job's collectives, judged as the local micro-tests are (``probes.microtests.judge``)."""
     tests = MicroTests(source="microtest")
     missing = [r for r in range(world) if r not in roster]

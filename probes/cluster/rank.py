@@ -57,11 +57,6 @@ class Rank:
         self.backend = options.backend
         self._node_thread: threading.Thread | None = None
 
-
-
-
-
-
     def step(self, name: str) -> None:
         self.step_name = name
         self.plane.set_step(name)
@@ -78,7 +73,9 @@ class Rank:
             from probes.collect import collect as collect_node
 
             try:
-                self.node_facts = collect_node(torch_timeout=min(self.options.torch_timeout, max(1.0, self.clock.left() / 2)))
+                self.node_facts = collect_node(
+                    torch_timeout=min(self.options.torch_timeout, max(1.0, self.clock.left() / 2))
+                )
             except Exception as exc:  # a probe bug must not cost the run
                 self.node_error = f"{type(exc).__name__}: {exc}"
 
@@ -98,7 +95,11 @@ class Rank:
         index = self.me.local_rank % torch.cuda.device_count()
         props = torch.cuda.get_device_properties(index)
         torch.cuda.set_device(index)
-        self.device = {"device": f"cuda:{index}", "device_name": props.name, "device_uuid": str(getattr(props, "uuid", "")) or None}
+        self.device = {
+            "device": f"cuda:{index}",
+            "device_name": props.name,
+            "device_uuid": str(getattr(props, "uuid", "")) or None,
+        }
         if self.backend == "nccl":
             self.tensors = f"cuda:{index}"
 
@@ -190,7 +191,9 @@ class Rank:
                 result.status, result.measurements["correct"] = "failed", False
                 result.error = f"{label}: rank {self.me.rank} got a wrong all_reduce sum"
             buffer = torch.zeros(count, device=dev)
-            result.measurements[f"time_s_{label}"] = self._timed(lambda buffer=buffer: dist.all_reduce(buffer), size, None)
+            result.measurements[f"time_s_{label}"] = self._timed(
+                lambda buffer=buffer: dist.all_reduce(buffer), size, None
+            )
 
     def _intra_node(self, result: _Result) -> None:
         import torch
@@ -272,12 +275,6 @@ class Rank:
         }  # fmt: skip
 
 
-
-
-
-
-
-
 # rank 0's report writer: (facts, the deadline passed) -> the exit code every rank ends with
 ReportWriter = Callable[[Facts, bool], int]
 
@@ -298,7 +295,15 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
 
     def facts(store: Any) -> Facts:
         steps = rank.plane.steps_of_silent(store)
-        return assemble(me, rank.plane.roster, dict(rank.plane.payloads), steps, layout, backend=rank.backend, microtests_run=options.microtests)
+        return assemble(
+            me,
+            rank.plane.roster,
+            dict(rank.plane.payloads),
+            steps,
+            layout,
+            backend=rank.backend,
+            microtests_run=options.microtests,
+        )
 
     def watchdog() -> None:
         if done.wait(max(0.0, rank.clock.left())):
@@ -312,7 +317,9 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
                     store = None
                 code = write_report(facts(store), True)
             else:
-                sys.stderr.write(f"diagnose cluster: rank {me.rank}: the deadline passed at '{rank.step_name}'; exiting\n")
+                sys.stderr.write(
+                    f"diagnose cluster: rank {me.rank}: the deadline passed at '{rank.step_name}'; exiting\n"
+                )
         finally:
             os._exit(code)
 
@@ -327,7 +334,9 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
             rank.plane.join()
         except Exception as exc:  # the store is the one thing every rank needs
             where = f"{me.master_addr}:{me.master_port}"
-            raise ClusterError(f"rank {me.rank} at '{rank.step_name}': store {where}: {str(exc).splitlines()[0][:300]}") from None
+            raise ClusterError(
+                f"rank {me.rank} at '{rank.step_name}': store {where}: {str(exc).splitlines()[0][:300]}"
+            ) from None
         if options.microtests and len(rank.plane.roster) == me.world_size:
             rank.run_tests()
         rank.step("done")

@@ -61,9 +61,13 @@ class ControlPlane:
                     break
                 time.sleep(_POLL_S)
             came = [r for r in range(self.me.world_size) if r not in waiting]
-            self.store.set(self.key("roster"), json.dumps({r: json.loads(self.store.get(self.key("arrived", r))) for r in came}))
+            self.store.set(
+                self.key("roster"), json.dumps({r: json.loads(self.store.get(self.key("arrived", r))) for r in came})
+            )
         else:
-            self.store.wait([self.key("roster")], timedelta(seconds=max(1.0, self.clock.join_left() + 2 * WRITE_RESERVE_S)))
+            self.store.wait(
+                [self.key("roster")], timedelta(seconds=max(1.0, self.clock.join_left() + 2 * WRITE_RESERVE_S))
+            )
         self.roster = {int(r): v for r, v in json.loads(self.store.get(self.key("roster"))).items()}
 
     def set_step(self, name: str) -> None:
@@ -98,7 +102,9 @@ class ControlPlane:
             code = int(self.store.get(self.key("exit")))
             self.store.add(self.key("read"), 1)
         except Exception as exc:  # rank 0 gone: its report, if any, is all there is
-            sys.stderr.write(f"diagnose cluster: rank {self.me.rank}: no word from rank 0 ({type(exc).__name__}); exiting\n")
+            sys.stderr.write(
+                f"diagnose cluster: rank {self.me.rank}: no word from rank 0 ({type(exc).__name__}); exiting\n"
+            )
             return 1
         return code
 
@@ -115,4 +121,6 @@ class ControlPlane:
         """A second store connection, for the watchdog while the main thread may hold the first."""
         import torch.distributed as dist
 
-        return dist.TCPStore(self.me.master_addr, self.me.master_port, None, False, timeout=timedelta(seconds=2), wait_for_workers=False)
+        return dist.TCPStore(
+            self.me.master_addr, self.me.master_port, None, False, timeout=timedelta(seconds=2), wait_for_workers=False
+        )

@@ -120,9 +120,7 @@ def _first_collective(ctx: Context) -> float:
     got = ones.item()
     took = time.perf_counter() - start
     if got != ctx.world_size:
-        ctx.channel.check_failed(
-            f"rank {ctx.rank}: sum of ones over {ctx.world_size} ranks gave {got}"
-        )
+        ctx.channel.check_failed(f"rank {ctx.rank}: sum of ones over {ctx.world_size} ranks gave {got}")
     return took
 
 
@@ -179,8 +177,7 @@ def all_reduce(ctx: Context) -> None:
         if not torch.equal(buffer, expected):
             at = int((buffer != expected).nonzero()[0, 0])
             ctx.channel.check_failed(
-                f"{label}: rank {ctx.rank} got {buffer[at].item()} at element {at}, "
-                f"expected {expected[at].item()}"
+                f"{label}: rank {ctx.rank} got {buffer[at].item()} at element {at}, expected {expected[at].item()}"
             )
         del expected, pattern
         # Zeros stay zeros: the timed loop reduces in place without overflowing.
@@ -239,9 +236,7 @@ def placement_summary(ranks: list[tuple[int, int]], holders: dict[int, set[int]]
         return {"nvml_pids_matched": False}
 
     def foreign_on(device: int) -> set[int]:
-        return {
-            rank_of[p] for p in holders[device] if p in rank_of and ranks[rank_of[p]][1] != device
-        }
+        return {rank_of[p] for p in holders[device] if p in rank_of and ranks[rank_of[p]][1] != device}
 
     foreign = sorted(set().union(*(foreign_on(device) for device in holders)))
     on_gpu0 = sorted(foreign_on(0)) if 0 in holders else []
@@ -264,9 +259,7 @@ def _nvml_holders(count: int) -> dict[int, set[int]]:
         holders = {}
         for index in range(count):
             uuid = str(torch.cuda.get_device_properties(index).uuid)
-            handle = pynvml.nvmlDeviceGetHandleByUUID(
-                uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-            )
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
             procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
             holders[index] = {p.pid for p in procs}
         return holders
@@ -279,9 +272,7 @@ def duplicate_gpu(ctx: Context) -> None:
     import torch
 
     index = torch_device_index(ctx)
-    ctx.channel.measure(
-        device_index=index, device_uuid=str(torch.cuda.get_device_properties(index).uuid)
-    )
+    ctx.channel.measure(device_index=index, device_uuid=str(torch.cuda.get_device_properties(index).uuid))
     _init(ctx)
     if ctx.mode != "shared":
         _first_collective(ctx)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 
-_TIMEOUT = re.compile(
-    r"timed? ?out|timeout|failed to pass monitoredBarrier|Watchdog caught collective", re.IGNORECASE
-)
+_TIMEOUT = re.compile(r"timed? ?out|timeout|failed to pass monitoredBarrier|Watchdog caught collective", re.IGNORECASE)
 _MISSING = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
 
 

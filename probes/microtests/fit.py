@@ -59,9 +59,7 @@ class TinyModule(pl.LightningModule):
 
     def train_dataloader(self):
         generator = torch.Generator().manual_seed(0)
-        data = TensorDataset(
-            torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator)
-        )
+        data = TensorDataset(torch.randn(64, 8, generator=generator), torch.randn(64, 1, generator=generator))
         return DataLoader(data, batch_size=4)
 
 

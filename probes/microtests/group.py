@@ -180,9 +180,7 @@ class _Group:
                     self.dog.exited(rank, said)
             self.dog.poll()
             for rank in ranks:
-                while (
-                    entered[rank] < len(dirs) and channel_path(dirs[entered[rank]], rank).exists()
-                ):
+                while entered[rank] < len(dirs) and channel_path(dirs[entered[rank]], rank).exists():
                     started.setdefault(entered[rank], time.monotonic())
                     entered[rank] += 1
             # A rank enters the next step only after it recorded this one done.

@@ -102,9 +102,7 @@ def _skip_reason(name: str, setup: Setup, strategy: str) -> str | None:
     if name == "lightning_fit":
         if not setup.info.get("lightning"):
             return "neither lightning nor pytorch_lightning is installed"
-        if strategy in ("fsdp", "deepspeed") and not (
-            setup.cuda_devices and setup.backend == "nccl"
-        ):
+        if strategy in ("fsdp", "deepspeed") and not (setup.cuda_devices and setup.backend == "nccl"):
             return f"Lightning's {strategy} strategy needs CUDA GPUs and NCCL"
         if strategy == "deepspeed" and not setup.info.get("deepspeed"):
             return "the deepspeed strategy needs the deepspeed package, which is not installed"
@@ -252,9 +250,7 @@ def verdict(run: Run) -> tuple[str, str | None]:
         )
     if run.watched.deadline_hit:
         stuck = [f"rank {r} at '{rep.last_step}'" for r, rep in run.reports.items() if not rep.done]
-        return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(
-            stuck or ["all ranks done"]
-        )
+        return "timed_out", f"no result within {run.timeout:g} s; " + ", ".join(stuck or ["all ranks done"])
     checks = [c for rep in run.reports.values() for c in rep.checks_failed]
     if checks:
         more = f" (and {len(checks) - 1} more wrong results)" if len(checks) > 1 else ""
@@ -300,10 +296,7 @@ def group_plan(names: list[str], setup: Setup, *, strategy: str, timeout: float)
     """The steps for ``names`` (tests ``_grouped`` allows), each with a port of its own."""
     backend = setup.backend or "gloo"
     steps = [
-        Step(
-            name, free_port(), [_device(name, r, backend, setup, False) for r in range(setup.nproc)]
-        )
-        for name in names
+        Step(name, free_port(), [_device(name, r, backend, setup, False) for r in range(setup.nproc)]) for name in names
     ]
     return GroupPlan(setup.nproc if steps else 0, backend, strategy, timeout, steps)
 
@@ -316,26 +309,18 @@ def _skipped(name: str, setup: Setup, strategy: str) -> MicroTest | None:
 
 
 def _needs_variants(name: str, test: MicroTest) -> bool:
-    return (
-        name in _COLLECTIVES and test.backend == "nccl" and test.status in ("failed", "timed_out")
-    )
+    return name in _COLLECTIVES and test.backend == "nccl" and test.status in ("failed", "timed_out")
 
 
-def _variants(
-    name: str, setup: Setup, test: MicroTest, *, timeout: float, notify: Progress
-) -> None:
+def _variants(name: str, setup: Setup, test: MicroTest, *, timeout: float, notify: Progress) -> None:
     for variant, env in VARIANTS.items():
         notify(name, "running", f"variant {variant}")
-        test.variants[variant] = verdict(
-            execute(name, setup, backend="nccl", timeout=timeout, extra_env=env)
-        )[0]
+        test.variants[variant] = verdict(execute(name, setup, backend="nccl", timeout=timeout, extra_env=env))[0]
     notify(name, "running", "variant gloo")
     test.variants["gloo"] = verdict(execute(name, setup, backend="gloo", timeout=timeout))[0]
 
 
-def _run_test(
-    name: str, setup: Setup, *, timeout: float, strategy: str, notify: Progress
-) -> MicroTest:
+def _run_test(name: str, setup: Setup, *, timeout: float, strategy: str, notify: Progress) -> MicroTest:
     """One test in a launch of its own: those that cannot be a step of the group."""
     skipped = _skipped(name, setup, strategy)
     if skipped:
@@ -352,9 +337,7 @@ class _Suite:
     """One call of ``run_microtests``: the group (started again after a step that failed),
     then the tests that need a launch of their own, progress in the tests' order."""
 
-    def __init__(
-        self, names: list[str], *, nproc, backend, timeout: float, strategy: str, notify: Progress
-    ) -> None:
+    def __init__(self, names: list[str], *, nproc, backend, timeout: float, strategy: str, notify: Progress) -> None:
         self.names = names
         self.nproc, self.backend = nproc, backend
         self.timeout, self.strategy = timeout, strategy
@@ -422,8 +405,7 @@ class _Suite:
         self.grouped = [
             name
             for name in self.names
-            if _skip_reason(name, self.setup, self.strategy) is None
-            and _grouped(name, self.setup, self.strategy)
+            if _skip_reason(name, self.setup, self.strategy) is None and _grouped(name, self.setup, self.strategy)
         ]
         return group_plan(self.grouped, self.setup, strategy=self.strategy, timeout=self.timeout)
 
@@ -502,6 +484,4 @@ def run_microtests(
     if not selected:
         return MicroTests(source="microtest")
     ordered = [name for name in TEST_NAMES if name in selected]
-    return _Suite(
-        ordered, nproc=nproc, backend=backend, timeout=timeout, strategy=strategy, notify=notify
-    ).run()
+    return _Suite(ordered, nproc=nproc, backend=backend, timeout=timeout, strategy=strategy, notify=notify).run()

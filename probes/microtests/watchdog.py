@@ -178,9 +178,7 @@ class Watchdog:
         for key, popen in self.popens.items():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=REAP_S)
-            self.exits.setdefault(
-                key, Ended(popen.returncode, killed="when the run was interrupted")
-            )
+            self.exits.setdefault(key, Ended(popen.returncode, killed="when the run was interrupted"))
         for key in self._adopted:
             self.exits.setdefault(key, Ended(None, killed="when the run was interrupted"))
         self.ended_at = time.monotonic()
@@ -201,9 +199,7 @@ class Watchdog:
         )
 
 
-def run_launches(
-    launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0
-) -> Watched:
+def run_launches(launches: list[Launch], workdir: Path, timeout_s: float, grace_s: float = 1.0) -> Watched:
     """Run ``launches`` at once; return when all ended, or after killing them all."""
     deadline_hit = False
     with Watchdog(workdir) as dog:

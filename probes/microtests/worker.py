@@ -55,6 +55,7 @@ _PLAN_POLL_S = 0.01
 _REPORT_WAIT_S = 0.3
 _reporters: list[threading.Thread] = []  # in rank 0: one per forked rank
 
+
 def query() -> dict:
     """What the parent cannot learn without importing torch: versions, CUDA, backends."""
     info: dict = {
@@ -103,9 +104,7 @@ class _Guard(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        while (
-            os.getppid() == self.parent_pid and time.time() < self.deadline + _SELF_DESTRUCT_AFTER_S
-        ):
+        while os.getppid() == self.parent_pid and time.time() < self.deadline + _SELF_DESTRUCT_AFTER_S:
             time.sleep(0.5)
         os._exit(70)
 

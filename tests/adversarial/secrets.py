@@ -32,7 +32,10 @@ PLANTED: list[tuple[str, str]] = [
     ("db_password=letmein2024", "letmein2024"),
     ("WANDB_API_KEY=" + HEX40, HEX40),
     ("HF_TOKEN=not_a_shaped_token_but_named", "not_a_shaped_token_but_named"),
-    ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    (
+        "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
     ("hparams: {'lr': 0.1, 'api_key': 'abc123def456', 'epochs': 3}", "abc123def456"),
     ("hparams: {'password': 'pw-in-hparams', 'batch_size': 8}", "pw-in-hparams"),
     ("{'token': 'tok-in-dict-777', 'seed': 1}", "tok-in-dict-777"),

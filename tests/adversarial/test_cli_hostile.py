@@ -44,9 +44,13 @@ def hostile_inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     log = folder / "train.log"
     lines = [line for line, _ in PLANTED] + PRIVATE_KEY_LINES
     # a matched error line quoted as an excerpt, with a token on it
-    lines += ["torch.OutOfMemoryError: CUDA out of memory. Authorization: Bearer excerptBearer77 Tried to allocate 2.00 GiB"]
+    lines += [
+        "torch.OutOfMemoryError: CUDA out of memory. Authorization: Bearer excerptBearer77 Tried to allocate 2.00 GiB"
+    ]
     lines += [f"{name}={value}" for name, value, _ in ENV_VALUES]
-    lines += ["torchrun --nproc_per_node 2 --master_addr http://admin:MasterPw55@node01 train.py --password Hunter2Hunter"]
+    lines += [
+        "torchrun --nproc_per_node 2 --master_addr http://admin:MasterPw55@node01 train.py --password Hunter2Hunter"
+    ]
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     report = folder / "env.txt"
     report.write_text(
@@ -100,7 +104,9 @@ def test_terminal_escapes_from_a_log_never_reach_the_terminal(tmp_path: Path, fm
 
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
 def test_a_non_utf8_stdout_gets_the_report_not_a_crash(fmt: str) -> None:
-    proc = run("--format", fmt, "--from", str(SNAPSHOTS / "devices_duplicate-gpu.json"), env={"PYTHONIOENCODING": "cp1252"})
+    proc = run(
+        "--format", fmt, "--from", str(SNAPSHOTS / "devices_duplicate-gpu.json"), env={"PYTHONIOENCODING": "cp1252"}
+    )
     assert proc.returncode == 1, proc.stderr.decode()
     assert b"Two or more ranks use the same GPU" in proc.stdout
 
@@ -108,7 +114,9 @@ def test_a_non_utf8_stdout_gets_the_report_not_a_crash(fmt: str) -> None:
 def test_a_broken_pipe_keeps_the_exit_code() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "diagnose", "--format", "text", "--from", str(SNAPSHOTS / "devices_duplicate-gpu.json")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
     )
     proc.stdout.close()  # the reader is gone before the first write
     assert proc.wait(timeout=120) == 1
@@ -144,7 +152,9 @@ def test_a_huge_report_is_refused_before_reading(tmp_path: Path) -> None:
     big = tmp_path / "big.txt"
     with big.open("wb") as f:
         f.truncate(1 << 30)  # sparse: a 1 GB file that costs nothing
-    assert f"{big}: too large (1024 MiB; at most 4 MiB) (a report; give a log with --log)" in one_line(run("--report", str(big)))
+    assert f"{big}: too large (1024 MiB; at most 4 MiB) (a report; give a log with --log)" in one_line(
+        run("--report", str(big))
+    )
 
 
 @pytest.mark.parametrize(

@@ -21,16 +21,31 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRETS = ("Hunter2Hunter", "0123456789abcdef0123456789abcdef01234567")
 
 
-def diagnose(*args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diagnose", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+def diagnose(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
 def test_diagnose_run_never_shows_the_jobs_secret_arguments(tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "run"
-    job = [sys.executable, "-c", "import sys; print('step 1'); sys.exit(1)",
-           "--password", SECRETS[0], "--wandb-key", SECRETS[1]]
+    job = [
+        sys.executable,
+        "-c",
+        "import sys; print('step 1'); sys.exit(1)",
+        "--password",
+        SECRETS[0],
+        "--wandb-key",
+        SECRETS[1],
+    ]
     proc = diagnose("run", "--format", fmt, "--out", str(out), "--hang-after", "30", "--", *job, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr  # the job failed; diagnose itself did not
     saved = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in out.iterdir() if p.is_file()}
@@ -43,8 +58,10 @@ def test_diagnose_run_never_shows_the_jobs_secret_arguments(tmp_path: Path, fmt:
 def test_an_80_kb_log_line_in_a_snapshot_is_diagnosed(tmp_path: Path) -> None:
     facts = Facts()
     facts.log.sources = ["train.log"]
-    facts.log.lines = [LogLine(no=1, text="RuntimeError: NCCL error " + "x" * 80_000),
-                       LogLine(no=2, text="CUDA out of memory. " + "7" * 4060)]
+    facts.log.lines = [
+        LogLine(no=1, text="RuntimeError: NCCL error " + "x" * 80_000),
+        LogLine(no=2, text="CUDA out of memory. " + "7" * 4060),
+    ]
     facts.log.signatures = []
     snapshot = tmp_path / "facts.json"
     snapshot.write_text(dump_snapshot(facts), encoding="utf-8")
@@ -56,8 +73,14 @@ def test_an_80_kb_log_line_in_a_snapshot_is_diagnosed(tmp_path: Path) -> None:
 def test_sigterm_during_the_microtests_removes_their_folders_and_exits_143(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "diagnose", "--json", "--microtests", "all_reduce"], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diagnose", "--json", "--microtests", "all_reduce"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not list(tmp_path.glob("diagnose-microtest-*")) and proc.poll() is None and time.monotonic() < deadline:

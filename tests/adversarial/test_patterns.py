@@ -24,7 +24,7 @@ def test_look_around_falls_back_to_a_window_sized_by_its_repetitions() -> None:
     assert one.search("ckpt = torch.load(path)") and not one.search("torch.load(path, map_location='cpu')")
     three = patterns.compile(r"a*b*c*(?=x)")
     assert three.window < one.window <= patterns.FALLBACK_CHARS
-    assert three.window ** 4 <= patterns.STEP_BUDGET
+    assert three.window**4 <= patterns.STEP_BUDGET
     # a match past the window is not seen: the price of bounding backtracking
     assert one.search(" " * patterns.FALLBACK_CHARS + "torch.load(x)") is None
     multi = patterns.compile(r"^x(?!y)", multiline=True)

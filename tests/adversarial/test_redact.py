@@ -30,7 +30,13 @@ def test_private_key_block_is_redacted_whole_across_separate_lines() -> None:
     for secret in PRIVATE_KEY_SECRETS:
         assert secret not in joined
     assert out[0] == "[rank0]: loading key" and out[-1] == "Traceback (most recent call last):"
-    assert redact("\n".join(PRIVATE_KEY_LINES)).split("\n") == [PRIVATE_KEY_LINES[0], REDACTED, REDACTED, REDACTED, PRIVATE_KEY_LINES[-1]]
+    assert redact("\n".join(PRIVATE_KEY_LINES)).split("\n") == [
+        PRIVATE_KEY_LINES[0],
+        REDACTED,
+        REDACTED,
+        REDACTED,
+        PRIVATE_KEY_LINES[-1],
+    ]
     # a second pass over already redacted lines still hides the short last line
     once = [redact(line) for line in PRIVATE_KEY_LINES]
     assert "kTail9Q==" in once and "kTail9Q==" not in redact_lines(once)
@@ -46,7 +52,7 @@ def test_a_key_block_cut_short_does_not_swallow_the_rest() -> None:
     [
         "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB",
         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275",
-        "  File \"/home/Alice/envs/Llama2/lib/python3.10/site-packages/torch/nn/parallel/distributed.py\", line 798",
+        '  File "/home/Alice/envs/Llama2/lib/python3.10/site-packages/torch/nn/parallel/distributed.py", line 798',
         "Token indices sequence length is longer than the specified maximum",
         "hparams: {'pad_token': '<pad>', 'max_tokens': 2048, 'eos_token': '</s>'}",
         "torch 2.3.0+cu121 git_version 6f2c8e1d4f7a0b5c9e2d6a8f1c3b7e4d0a92b1c3",

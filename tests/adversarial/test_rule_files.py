@@ -20,13 +20,15 @@ ALIAS_BOMB = "\n".join(
     [
         (ALIAS_BOMB, 1, f"more than {MAX_VALUES} values"),
         ("a: " + "[" * 5000 + "]" * 5000, 1, f"nested deeper than {MAX_DEPTH} levels"),
-        ("a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 60)) , None, f"nested deeper than {MAX_DEPTH} levels"),
+        ("a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 60)), None, f"nested deeper than {MAX_DEPTH} levels"),
         ("base: &b {id: x}\nrule:\n  <<: *b\n", 3, "no merge keys"),
         ("? [a, b]\n: c\n", 1, "a key is plain text"),
     ],
     ids=["alias-bomb", "deep-flow", "deep-block", "merge-key", "complex-key"],
 )
-def test_hostile_yaml_is_a_load_error_with_its_line(tmp_path: Path, content: str, line: int | None, message: str) -> None:
+def test_hostile_yaml_is_a_load_error_with_its_line(
+    tmp_path: Path, content: str, line: int | None, message: str
+) -> None:
     path = tmp_path / "area" / "bomb.yaml"
     path.parent.mkdir()
     path.write_text(content, encoding="utf-8")

@@ -33,7 +33,10 @@ def _fill(snippet: str, facts: Facts | None = None) -> str:
         ("{{ 1/0 }}", "ZeroDivisionError"),
         ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion"),
         ("{{ range(10**12)|length }}", "range of"),
-        ("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}", "steps"),
+        (
+            "{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}",
+            "steps",
+        ),
         ("{{ 'x' * 10**9 }}", "repetition"),
         ("{{ ['x'] * 10**9 }}", "repetition"),
         ("{{ 9 ** 9999999 }}", "power"),
@@ -74,7 +77,9 @@ def test_templates_cannot_change_the_facts(snippet: str) -> None:
 
 
 def test_ordinary_templates_still_render() -> None:
-    out = _fill("{% for i in range(nproc) %}{{ i }},{% endfor %} {{ env.NCCL_DEBUG }} {{ facts.gpus.count }} {{ 'ab' * 3 }}")
+    out = _fill(
+        "{% for i in range(nproc) %}{{ i }},{% endfor %} {{ env.NCCL_DEBUG }} {{ facts.gpus.count }} {{ 'ab' * 3 }}"
+    )
     assert out == "0,1, INFO 2 ababab"
 
 

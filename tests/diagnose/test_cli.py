@@ -59,7 +59,11 @@ def test_published_schema_is_fresh():
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [(b"{not json", "invalid JSON"), (b"\x89PNG\r\n\x1a\n\x00\x00", "binary data"), (b'{"schema_version": 99}', "newer")],
+    [
+        (b"{not json", "invalid JSON"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "binary data"),
+        (b'{"schema_version": 99}', "newer"),
+    ],
 )
 def test_corrupt_snapshot_exit_2_one_line(tmp_path, content, needle):
     path = tmp_path / "facts.json"

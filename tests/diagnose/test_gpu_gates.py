@@ -23,11 +23,27 @@ KB = load_kb()
 # Causes that need a GPU or NCCL: none of them may be ranked on a CPU job that ran on gloo (the
 # zoo asserts it on real jobs); exactly these rules are gated on the facts.
 GPU_OR_NCCL_ONLY = (
-    "nccl.", "cuda.", "devices.", "oom.cuda-one-rank", "oom.resume-checkpoint-copy", "ddp.checkpoint-on-gpu0",
-    "ddp.lightning-non-consecutive-gpus", "env.driver-too-old", "env.gpu-arch-unsupported", "env.mixed-gpu-models",
-    "env.no-nccl-windows", "env.cudnn-mismatch", "env.cpu-only-torch", "sync.watchdog-disabled", "startup.staggered-init-hang",
-    "hardware.gpu-fault", "launch.mpirun-local-rank", "cluster.nccl-env-mismatch", "cluster.driver-mismatch",
-    "cluster.gpu-model-mismatch", "cluster.tasks-vs-gpus",
+    "nccl.",
+    "cuda.",
+    "devices.",
+    "oom.cuda-one-rank",
+    "oom.resume-checkpoint-copy",
+    "ddp.checkpoint-on-gpu0",
+    "ddp.lightning-non-consecutive-gpus",
+    "env.driver-too-old",
+    "env.gpu-arch-unsupported",
+    "env.mixed-gpu-models",
+    "env.no-nccl-windows",
+    "env.cudnn-mismatch",
+    "env.cpu-only-torch",
+    "sync.watchdog-disabled",
+    "startup.staggered-init-hang",
+    "hardware.gpu-fault",
+    "launch.mpirun-local-rank",
+    "cluster.nccl-env-mismatch",
+    "cluster.driver-mismatch",
+    "cluster.gpu-model-mismatch",
+    "cluster.tasks-vs-gpus",
 )
 NO_EVIDENCE = "none of its evidence was seen"
 
@@ -50,7 +66,9 @@ def gpu_gated(rule) -> bool:
         if isinstance(check, FactCheck) and check.fact == "gpus.count" and check.op == "ge":
             return True
         if isinstance(check, AnyCheck) and {c.fact for c in check.any if isinstance(c, FactCheck)} >= {
-            "gpus.count", "torch.cuda_available"}:
+            "gpus.count",
+            "torch.cuda_available",
+        }:
             return True
     return False
 

@@ -58,4 +58,6 @@ def test_a_cycle_breaks_the_acyclic_contract(tmp_path):
     errors = tmp_path / "probes/microtests/errors.py"  # a leaf today: importing the runner closes a loop
     errors.write_text(errors.read_text(encoding="utf-8") + "\nfrom probes.microtests import runner\n", encoding="utf-8")
     result = _lint(tmp_path)
-    assert result.returncode == 1 and "no import cycles" in result.stdout.split("Broken contracts", 1)[-1], result.stdout
+    assert result.returncode == 1 and "no import cycles" in result.stdout.split("Broken contracts", 1)[-1], (
+        result.stdout
+    )

@@ -51,18 +51,37 @@ def test_good_rule_loads(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "line", "message"),
     [
-        ("fact: gpus.count", "fact: gpu.count", 5, "evidence[0].fact: unknown fact path 'gpu.count' (did you mean 'gpus.count'?)"),
+        (
+            "fact: gpus.count",
+            "fact: gpu.count",
+            5,
+            "evidence[0].fact: unknown fact path 'gpu.count' (did you mean 'gpus.count'?)",
+        ),
         ("'NCCL WARN'", "'NCCL (WARN'", 6, "evidence[1].log: bad regex"),
         ("weight: 3}", "weight: 3, colour: red}", 6, "evidence[1].colour: unknown key"),
         ("ge: 2, weight: 2", "version: '>=2.x', weight: 2", 5, "bad version specifier '>=2.x'"),
         ("{{ nproc }}", "{{ nproc ", 10, "fix[0].snippet: template syntax error"),
         ("severity: warning", "severity: fatal", 3, "severity: Input should be 'error', 'warning' or 'info'"),
         ("ge: 2, weight: 2", "ge: 2, le: 4, weight: 2", 5, "exactly one operator"),
-        ("fact: gpus.count, ge: 2", "fact: microtests.placement.measurements.no_such_measure, ge: 1", 5,
-         "evidence[0].fact: the placement micro-test measures no 'no_such_measure'"),
+        (
+            "fact: gpus.count, ge: 2",
+            "fact: microtests.placement.measurements.no_such_measure, ge: 1",
+            5,
+            "evidence[0].fact: the placement micro-test measures no 'no_such_measure'",
+        ),
         ("  - {expect: no-match, facts: {gpus: {count: 1}}}\n", "", 13, "missing no-match"),
-        ("references: [https://example.org/issue/1]", "references: []", 11, "references: List should have at least 1 item"),
-        ("{fact: gpus.count, ge: 2, weight: 2}", "{weight: 2}", 5, "evidence[0]: a check needs exactly one of the keys"),
+        (
+            "references: [https://example.org/issue/1]",
+            "references: []",
+            11,
+            "references: List should have at least 1 item",
+        ),
+        (
+            "{fact: gpus.count, ge: 2, weight: 2}",
+            "{weight: 2}",
+            5,
+            "evidence[0]: a check needs exactly one of the keys",
+        ),
         ("title: A good rule", "title: A good rule\ntitle: twice", 3, "duplicate key 'title'"),
         ("title: A good rule", "title: !!python/object/apply:os.system ['true']", 2, "unsupported tag"),
         ("explain: Because.", "explain: [unclosed", 8, "invalid YAML"),
@@ -94,12 +113,18 @@ def test_unknown_signature_suggests(tmp_path):
     from probes.log import known_signatures
 
     known = sorted(known_signatures())[0]
-    write(tmp_path, "area/good.yaml", GOOD.replace("{log: 'NCCL WARN', weight: 3}", f"{{signature: {known}x, weight: 3}}"))
+    write(
+        tmp_path, "area/good.yaml", GOOD.replace("{log: 'NCCL WARN', weight: 3}", f"{{signature: {known}x, weight: 3}}")
+    )
     assert f"did you mean '{known}'" in problems(tmp_path)[0]
 
 
 def test_when_takes_no_weight(tmp_path):
-    write(tmp_path, "area/good.yaml", GOOD.replace("evidence:", "when:\n  - {fact: gpus.count, ge: 1, weight: 2}\nevidence:"))
+    write(
+        tmp_path,
+        "area/good.yaml",
+        GOOD.replace("evidence:", "when:\n  - {fact: gpus.count, ge: 1, weight: 2}\nevidence:"),
+    )
     assert "takes no weight" in problems(tmp_path)[0]
 
 
@@ -128,15 +153,30 @@ def test_every_shipped_rule_explains_a_symptom():
 @pytest.mark.parametrize(
     ("check", "message"),
     [
-        ("{fact: host.os, contains: 5, weight: 2}", "evidence[0].fact: contains: host.os holds text; contains takes a string"),
+        (
+            "{fact: host.os, contains: 5, weight: 2}",
+            "evidence[0].fact: contains: host.os holds text; contains takes a string",
+        ),
         ("{fact: host.os, eq: 5, weight: 2}", "evidence[0].fact: eq: a int operand against text (host.os holds text)"),
         ("{fact: host.cpu_count, eq: '8', weight: 2}", "evidence[0].fact: eq: a text operand against a number"),
         ("{fact: host.os, gt: 5, weight: 2}", None),  # a numeric string compares as a number
-        ("{fact: host.interactive, ge: 1, weight: 2}", "evidence[0].fact: ge: a number operand against host.interactive"),
-        ("{fact: gpus.count, version: '>=2', weight: 2}", "evidence[0].fact: version: gpus.count holds a number, not a version"),
-        ("{fact: microtests.barrier.status, in: [passed, timeout], weight: 2}", "in: 'timeout' is not a value it can take"),
+        (
+            "{fact: host.interactive, ge: 1, weight: 2}",
+            "evidence[0].fact: ge: a number operand against host.interactive",
+        ),
+        (
+            "{fact: gpus.count, version: '>=2', weight: 2}",
+            "evidence[0].fact: version: gpus.count holds a number, not a version",
+        ),
+        (
+            "{fact: microtests.barrier.status, in: [passed, timeout], weight: 2}",
+            "in: 'timeout' is not a value it can take",
+        ),
         ("{fact: gpus.devices.name, contains: 3, weight: 2}", "contains: a int operand against text"),
-        ("{fact: env.NCCL_P2P_DISABLE, eq: 1, weight: 2}", "eq: a int operand against text (env.NCCL_P2P_DISABLE holds text)"),
+        (
+            "{fact: env.NCCL_P2P_DISABLE, eq: 1, weight: 2}",
+            "eq: a int operand against text (env.NCCL_P2P_DISABLE holds text)",
+        ),
     ],
 )
 def test_operand_must_fit_the_fact(tmp_path, check, message):

@@ -87,12 +87,11 @@ def test_gate_and_aliases_are_shown() -> None:
     assert "formerly: `demo.old`" in text
 
 
-
 def test_every_symptom_and_signature_is_documented_with_its_rules(page):
     from probes.signatures import shipped as catalog
 
-    symptoms = page[page.index("\n## Symptoms\n"):page.index("\n## Signatures\n")]
-    signatures = page[page.index("\n## Signatures\n"):]
+    symptoms = page[page.index("\n## Symptoms\n") : page.index("\n## Signatures\n")]
+    signatures = page[page.index("\n## Signatures\n") :]
     for sid in catalog().symptoms:
         assert f"\n### {sid}\n" in symptoms, sid
     for sig in catalog().signatures:

@@ -39,12 +39,16 @@ def write_rule(tmp_path: Path, name: str, snippet: str, pattern: str = "boom") -
     folder = tmp_path / "local"
     folder.mkdir(exist_ok=True)
     path = folder / f"{name}.yaml"
-    path.write_text(RULE.format(name=name, pattern=pattern, snippet=textwrap.indent(snippet, " " * 6)), encoding="utf-8")
+    path.write_text(
+        RULE.format(name=name, pattern=pattern, snippet=textwrap.indent(snippet, " " * 6)), encoding="utf-8"
+    )
     return path
 
 
 def kb_lint(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diagnose", "kb", "lint", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "diagnose", "kb", "lint", *args], capture_output=True, text=True, cwd=ROOT
+    )
 
 
 def test_the_shipped_rules_lint_clean():
@@ -76,7 +80,11 @@ def test_a_fix_that_fails_on_either_snapshot_is_named_with_its_file(tmp_path, sn
 
 
 def test_a_fix_with_defaults_passes(tmp_path):
-    write_rule(tmp_path, "good-fix", "export NCCL_SOCKET_IFNAME={{ env.NCCL_SOCKET_IFNAME | default('eth0') }}  # {{ nproc }}\n")
+    write_rule(
+        tmp_path,
+        "good-fix",
+        "export NCCL_SOCKET_IFNAME={{ env.NCCL_SOCKET_IFNAME | default('eth0') }}  # {{ nproc }}\n",
+    )
     assert lint(load_kb([tmp_path], shipped=False)) == []
 
 
@@ -90,14 +98,22 @@ def test_a_pattern_naming_a_gpu_model_or_a_release_is_listed(tmp_path):
 def test_a_reference_a_reader_cannot_open_is_listed(tmp_path):
     ref = "http://example.org/forum/1"
     path = write_rule(tmp_path, "private-ref", "true")
-    path.write_text(path.read_text(encoding="utf-8").replace("https://github.com/pytorch/pytorch/issues/1", ref), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("https://github.com/pytorch/pytorch/issues/1", ref), encoding="utf-8"
+    )
     assert lint(load_kb([tmp_path], shipped=False)) == [
-        f"{path}: local.private-ref: reference {ref!r} is not a public https:// address: cite the thread it came from"]
+        f"{path}: local.private-ref: reference {ref!r} is not a public https:// address: cite the thread it came from"
+    ]
 
 
 def test_a_private_note_as_a_reference_does_not_load(tmp_path):
     path = write_rule(tmp_path, "private-ref", "true")
-    path.write_text(path.read_text(encoding="utf-8").replace("https://github.com/pytorch/pytorch/issues/1", "seed:000_c7a549bc7e3b7d4c.txt"), encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "https://github.com/pytorch/pytorch/issues/1", "seed:000_c7a549bc7e3b7d4c.txt"
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(KBError, match="not a URL"):
         load_kb([tmp_path], shipped=False)
 

@@ -51,7 +51,9 @@ def leftovers(out: Path) -> list[psutil.Process]:
 def diagnose_run(out: Path, script: str, *options: str, **env_vars: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, HANG_TIMEOUT_S="30", **env_vars)
     argv = [sys.executable, "-m", "diagnose", "run", "--hang-after", "3", "--grace", "2", "--out", str(out), *options]
-    proc = subprocess.run([*argv, "--", *TORCHRUN, str(FIXTURES / script)], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [*argv, "--", *TORCHRUN, str(FIXTURES / script)], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
+    )
     assert not leftovers(out), "diagnose run left processes behind"
     return proc
 
@@ -74,7 +76,9 @@ def test_barrier_reached_by_rank_zero_only(tmp_path):
     script = FIXTURES / "barrier_rank0.py"
     barrier_line = line_of(script, "dist.barrier()")
     assert ranks[0]["user_frame"] == {"file": str(script), "line": barrier_line, "function": "prepare_data"}
-    assert f"rank 0: barrier at {script}:{barrier_line} in prepare_data" in evidence_lines(report, "sync.barrier-divergence")
+    assert f"rank 0: barrier at {script}:{barrier_line} in prepare_data" in evidence_lines(
+        report, "sync.barrier-divergence"
+    )
     assert f"rank 0: waits in barrier at {script}:{barrier_line} (in barrier)" in proc.stderr
     assert f"rank 1: busy in its own work at {script}:" in proc.stderr
     assert f"source: dist.barrier at {script}:{barrier_line} runs only under `if rank == 0:`" in proc.stderr
@@ -102,11 +106,17 @@ def test_uneven_batches_leave_one_rank_in_all_reduce(tmp_path):
     assert report["summary"]["top"] == "sync.uneven-batches"
     assert report["facts"]["hang"]["sequence"] == "uneven-iterations"
     ranks = sorted(report["facts"]["hang"]["ranks"], key=lambda r: r["rank"])
-    assert [(r["rank"], r["waiting_in"], r["activity"]) for r in ranks] == [(0, "all_reduce", "collective"), (1, "barrier", "collective")]
+    assert [(r["rank"], r["waiting_in"], r["activity"]) for r in ranks] == [
+        (0, "all_reduce", "collective"),
+        (1, "barrier", "collective"),
+    ]
     assert [r["library_frame"]["function"] for r in ranks] == ["all_reduce", "barrier"]
     script = FIXTURES / "uneven_batches.py"
     assert f"rank 1: waits in barrier at {script}:{line_of(script, 'dist.barrier()')} (in barrier)" in proc.stderr
-    assert f"rank 0: waits in all_reduce at {script}:{line_of(script, 'dist.all_reduce(param.grad)')} (in all_reduce)" in proc.stderr
+    assert (
+        f"rank 0: waits in all_reduce at {script}:{line_of(script, 'dist.all_reduce(param.grad)')} (in all_reduce)"
+        in proc.stderr
+    )
     assert "until some ranks ran one more step (uneven batches)" in proc.stderr
     stragglers = report["facts"]["hang"]["stragglers"]
     assert [s["ops"] for s in stragglers] == [{"0": "all_reduce", "1": "barrier"}]
@@ -129,11 +139,18 @@ def test_crash_on_rank_one_is_diagnosed_from_the_log(tmp_path):
     assert (hang["outcome"], hang["exit_code"], hang["ranks"]) == ("crashed", 1, None)
     assert "the job failed (exit 1); first failing rank: 1" in proc.stderr
     assert report["summary"]["top"] == "hang.rank-failed-first"
-    assert any("rank 1" in line and "ValueError: shard 1 is empty" in line for line in evidence_lines(report, "hang.rank-failed-first"))
+    assert any(
+        "rank 1" in line and "ValueError: shard 1 is empty" in line
+        for line in evidence_lines(report, "hang.rank-failed-first")
+    )
     script = FIXTURES / "raise_rank1.py"
     failure = hang["first_failure"]
     assert (failure["rank"], failure["exception"], failure["explained"]) == (1, "ValueError", False)
-    assert failure["user_frame"] == {"file": str(script), "line": line_of(script, "raise ValueError"), "function": "load_shard"}
+    assert failure["user_frame"] == {
+        "file": str(script),
+        "line": line_of(script, "raise ValueError"),
+        "function": "load_shard",
+    }
 
 
 def test_a_job_that_finishes_passes_its_exit_code_through(tmp_path):
@@ -151,11 +168,21 @@ def test_without_ptrace_the_faulthandler_hook_takes_the_stacks(tmp_path):
     sink = io.BytesIO()
     result = supervise(
         [*TORCHRUN, str(FIXTURES / "barrier_rank0.py")],
-        out=tmp_path, hang_after=3, grace=2, env=env, fr_dir=fr_dir, py_spy=str(tmp_path / "no-py-spy"), stdout=sink, stderr=sink,
+        out=tmp_path,
+        hang_after=3,
+        grace=2,
+        env=env,
+        fr_dir=fr_dir,
+        py_spy=str(tmp_path / "no-py-spy"),
+        stdout=sink,
+        stderr=sink,
     )
     assert result.outcome == "hung"
     ranks = sorted(result.hang.ranks, key=lambda r: r.rank)
-    assert [(r.rank, r.method, r.waiting_in) for r in ranks] == [(0, "faulthandler", "barrier"), (1, "faulthandler", "user_code")]
+    assert [(r.rank, r.method, r.waiting_in) for r in ranks] == [
+        (0, "faulthandler", "barrier"),
+        (1, "faulthandler", "user_code"),
+    ]
     assert "not found" in result.hang.unavailable["ranks.method"]
     assert b"rank 1: training" in sink.getvalue()
     assert not leftovers(tmp_path)
@@ -182,7 +209,9 @@ def test_keep_leaves_a_hung_job_running(tmp_path):
 def test_a_busy_silent_job_outside_any_collective_is_not_hung(tmp_path):
     """Silent for three times --hang-after but computing: progress, not a hang."""
     script = tmp_path / "compute.py"
-    script.write_text("import time\nprint('computing', flush=True)\nend = time.time() + 3.5\nwhile time.time() < end:\n    pass\n")
+    script.write_text(
+        "import time\nprint('computing', flush=True)\nend = time.time() + 3.5\nwhile time.time() < end:\n    pass\n"
+    )
     sink = io.BytesIO()
     result = supervise([sys.executable, str(script)], out=tmp_path, hang_after=1, grace=1, stdout=sink, stderr=sink)
     assert (result.outcome, result.exit_code) == ("finished", 0)
@@ -205,7 +234,10 @@ def test_debug_env_keeps_what_the_user_set(tmp_path):
     [
         (["run", "python"], "give the command after `--`"),
         (["run", "--"], "no command after `--`"),
-        (["run", "--hang-after", "0", "--", "true"], "--hang-after must be a finite number of seconds, more than 0 (got 0)"),
+        (
+            ["run", "--hang-after", "0", "--", "true"],
+            "--hang-after must be a finite number of seconds, more than 0 (got 0)",
+        ),
         (["run", "--hang-after", "nan", "--", "true"], "--hang-after must be a finite number of seconds"),
         (["run", "--hang-after", "inf", "--", "true"], "(got inf)"),
         (["run", "--grace", "nan", "--", "true"], "--grace must be a finite number of seconds, 0 or more (got nan)"),
@@ -216,6 +248,8 @@ def test_debug_env_keeps_what_the_user_set(tmp_path):
 )
 def test_usage_errors_are_one_line(tmp_path, args, message):
     argv = [a.replace("{out}", str(tmp_path)) for a in args]
-    proc = subprocess.run([sys.executable, "-m", "diagnose", *argv], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "diagnose", *argv], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and message in proc.stderr

@@ -22,7 +22,17 @@ import pytest
 from tests.diagnose.test_supervise import marked
 
 ROOT = Path(__file__).resolve().parents[2]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d"]
+TORCHRUN = [
+    sys.executable,
+    "-m",
+    "torch.distributed.run",
+    "--nnodes",
+    "1",
+    "--nproc-per-node",
+    "2",
+    "--rdzv-backend",
+    "c10d",
+]
 
 DAEMON = """
 import os, sys, time
@@ -75,9 +85,25 @@ def start(tmp_path: Path, script: str, *args: str, options: tuple[str, ...] = ()
     path = tmp_path / "job.py"
     path.write_text(script)
     out = tmp_path / "out"
-    argv = [sys.executable, "-m", "diagnose", "run", "--json", "--grace", "1", "--out", str(out), *options, "--",
-            *(command or [sys.executable]), str(path), *args]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ, MARK=mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        "--json",
+        "--grace",
+        "1",
+        "--out",
+        str(out),
+        *options,
+        "--",
+        *(command or [sys.executable]),
+        str(path),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=dict(os.environ, MARK=mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     return proc, mark, out
 
 
@@ -143,7 +169,9 @@ def free_port() -> int:
 
 
 def listening(port: int) -> bool:
-    return any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
+    return any(
+        c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp")
+    )
 
 
 def test_killing_the_supervisor_takes_torchrun_its_ranks_and_their_port(tmp_path):
@@ -161,7 +189,9 @@ def test_killing_the_supervisor_takes_torchrun_its_ranks_and_their_port(tmp_path
 
 def test_keep_leaves_the_job_running_after_diagnose_run_exits(tmp_path):
     """--keep: the parent-death signal that otherwise ends the job with us is not asked for."""
-    proc, mark, out = start(tmp_path, DAEMON, str(tmp_path / "daemon.pid"), "hang", options=("--hang-after", "1", "--keep"))
+    proc, mark, out = start(
+        tmp_path, DAEMON, str(tmp_path / "daemon.pid"), "hang", options=("--hang-after", "1", "--keep")
+    )
     try:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 1, err[-2000:]

@@ -63,7 +63,9 @@ def test_planted_hang_needs_the_testing_switch():
     assert planted_hang(env, 1) == "barrier" and planted_hang(env, 0) is None
 
 
-def _node(name: str, env: dict, torch: str = "2.3.1", inter: float | None = None, gpus: int = 2, ranks=(0, 1)) -> ClusterNode:
+def _node(
+    name: str, env: dict, torch: str = "2.3.1", inter: float | None = None, gpus: int = 2, ranks=(0, 1)
+) -> ClusterNode:
     return ClusterNode(
         name=name, reported=True, ranks=list(ranks), inter_gbps=inter,
         env=Env(values=env, complete=True), torch=TorchBuild(version=torch, nccl="2.20.5"), gpus=Gpus(count=gpus),
@@ -102,7 +104,14 @@ ME = Identity(rank=0, local_rank=0, world_size=3, node="n1", hostname="h1", node
 
 
 def _payload(rank: int, node: str, facts: Facts | None = None) -> dict:
-    tests = {"rendezvous": {"status": "passed", "error": None, "duration_s": 0.1, "measurements": {"init_s": 0.1 * (rank + 1)}}}
+    tests = {
+        "rendezvous": {
+            "status": "passed",
+            "error": None,
+            "duration_s": 0.1,
+            "measurements": {"init_s": 0.1 * (rank + 1)},
+        }
+    }
     return {"rank": rank, "step": "done", "error": None, "device": {"device": "cpu"}, "tests": tests,
             "node_facts": facts.model_dump(mode="json") if facts else None, "node_error": None}  # fmt: skip
 
@@ -112,9 +121,15 @@ def test_assemble_names_missing_and_silent_ranks_and_lifts_rank0s_node():
     roster = {0: {"node": "n1", "hostname": "h1", "node_rank": 0, "local_rank": 0, "pid": 10},
               1: {"node": "n1", "hostname": "h1", "node_rank": 0, "local_rank": 1, "pid": 11}}  # fmt: skip
     layout = {0: (0, "n1"), 1: (0, "n1"), 2: (1, "n2")}
-    facts = assemble(ME, roster, {0: _payload(0, "n1", node_facts)}, {1: "barrier"}, layout, backend="gloo", microtests_run=True)
+    facts = assemble(
+        ME, roster, {0: _payload(0, "n1", node_facts)}, {1: "barrier"}, layout, backend="gloo", microtests_run=True
+    )
     cluster = facts.cluster
-    assert [(r.rank, r.state, r.node) for r in cluster.ranks] == [(0, "reported", "n1"), (1, "silent", "n1"), (2, "missing", "n2")]
+    assert [(r.rank, r.state, r.node) for r in cluster.ranks] == [
+        (0, "reported", "n1"),
+        (1, "silent", "n1"),
+        (2, "missing", "n2"),
+    ]
     assert cluster.ranks[1].step == "barrier"
     assert (cluster.missing_ranks, cluster.missing_nodes, cluster.silent_ranks) == ([2], ["n2"], [1])
     assert facts.torch.version == "2.3.1" and facts.env.values == {"NCCL_ALGO": "Ring"}

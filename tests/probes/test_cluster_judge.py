@@ -26,7 +26,9 @@ def _test(status: str, error: str | None = None, **measurements) -> dict:
 
 def _cluster(tests_of: dict[int, dict]):
     payloads = {r: _payload(r, tests) for r, tests in tests_of.items()}
-    return assemble(ME, ROSTER, payloads, {}, {0: (0, "n1"), 1: (0, "n1")}, backend="gloo", microtests_run=True).microtests
+    return assemble(
+        ME, ROSTER, payloads, {}, {0: (0, "n1"), 1: (0, "n1")}, backend="gloo", microtests_run=True
+    ).microtests
 
 
 def _local(name: str, reports: list[RankReport], exits: list[int]) -> object:

@@ -119,7 +119,9 @@ class FakeNvml:
             raise NVMLLibraryMismatchError("Unversioned function called and the pyNVML version does not match")
         running = self._answer(running)
         return [
-            SimpleNamespace(pid=p["pid"], usedGpuMemory=None if p["used_memory_mib"] is None else p["used_memory_mib"] * 2**20)
+            SimpleNamespace(
+                pid=p["pid"], usedGpuMemory=None if p["used_memory_mib"] is None else p["used_memory_mib"] * 2**20
+            )
             for p in running
         ]
 
@@ -256,7 +258,9 @@ def test_nvidia_ml_py_newer_than_the_driver() -> None:
 )
 def test_no_driver_is_a_reason_for_every_field(error: str, message: str, tmp_path) -> None:  # noqa: ANN001
     unreadable = tmp_path / "no-such-bus"
-    found, driver = gpus.probe(FakeNvml({}, init_error=error), environ={"CUDA_VISIBLE_DEVICES": "0,0"}, pci_root=unreadable)
+    found, driver = gpus.probe(
+        FakeNvml({}, init_error=error), environ={"CUDA_VISIBLE_DEVICES": "0,0"}, pci_root=unreadable
+    )
 
     reason = f"{gpus.NO_NVML}: {message}"
     assert found.unavailable == {"count": reason, "devices": reason, "topology": reason}

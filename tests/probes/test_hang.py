@@ -47,19 +47,61 @@ USER = ("/home/me/train.py", "main")
     ("stack", "expected"),
     [
         ([(SITE + "torch/distributed/distributed_c10d.py", "barrier"), USER], "barrier"),
-        ([(SITE + "torch/distributed/distributed_c10d.py", "all_reduce"), (SITE + "torch/distributed/c10d_logger.py", "_exception_logger.<locals>.wrapper"), USER], "all_reduce"),
-        ([(SITE + "torch/distributed/utils.py", "_verify_param_shape_across_processes"), (SITE + "torch/nn/parallel/distributed.py", "DistributedDataParallel.__init__"), USER], "verify_params"),
+        (
+            [
+                (SITE + "torch/distributed/distributed_c10d.py", "all_reduce"),
+                (SITE + "torch/distributed/c10d_logger.py", "_exception_logger.<locals>.wrapper"),
+                USER,
+            ],
+            "all_reduce",
+        ),
+        (
+            [
+                (SITE + "torch/distributed/utils.py", "_verify_param_shape_across_processes"),
+                (SITE + "torch/nn/parallel/distributed.py", "DistributedDataParallel.__init__"),
+                USER,
+            ],
+            "verify_params",
+        ),
         ([(SITE + "torch/distributed/utils.py", "_sync_params_and_buffers"), USER], "broadcast"),
-        ([(SITE + "torch/distributed/rendezvous.py", "_create_c10d_store"), (SITE + "torch/distributed/distributed_c10d.py", "init_process_group"), USER], "rendezvous"),
+        (
+            [
+                (SITE + "torch/distributed/rendezvous.py", "_create_c10d_store"),
+                (SITE + "torch/distributed/distributed_c10d.py", "init_process_group"),
+                USER,
+            ],
+            "rendezvous",
+        ),
         ([(SITE + "torch/distributed/distributed_c10d.py", "_new_process_group_helper"), USER], "init_process_group"),
         ([(SITE + "lightning/fabric/strategies/ddp.py", "DDPStrategy.barrier"), USER], "barrier"),
-        ([(SITE + "torch/utils/data/dataloader.py", "_MultiProcessingDataLoaderIter._get_data"), (SITE + "torch/utils/data/dataloader.py", "__next__"), USER], "dataloader"),
-        ([(SITE + "safetensors/torch.py", "load_file"), (SITE + "transformers/modeling_utils.py", "PreTrainedModel.from_pretrained"), USER], "load"),
+        (
+            [
+                (SITE + "torch/utils/data/dataloader.py", "_MultiProcessingDataLoaderIter._get_data"),
+                (SITE + "torch/utils/data/dataloader.py", "__next__"),
+                USER,
+            ],
+            "dataloader",
+        ),
+        (
+            [
+                (SITE + "safetensors/torch.py", "load_file"),
+                (SITE + "transformers/modeling_utils.py", "PreTrainedModel.from_pretrained"),
+                USER,
+            ],
+            "load",
+        ),
         ([(SITE + "torch/serialization.py", "_load"), (SITE + "torch/serialization.py", "load"), USER], "load"),
         ([(SITE + "torch/cuda/__init__.py", "synchronize"), USER], "cuda_sync"),
         ([(SITE + "deepspeed/__init__.py", "initialize"), USER], "deepspeed_initialize"),
         ([("<frozen importlib._bootstrap>", "_find_and_load"), USER], "import"),
-        ([(SITE + "torch/_dynamo/utils.py", "<module>"), ("<frozen importlib._bootstrap>", "_call_with_frames_removed"), USER], "import"),
+        (
+            [
+                (SITE + "torch/_dynamo/utils.py", "<module>"),
+                ("<frozen importlib._bootstrap>", "_call_with_frames_removed"),
+                USER,
+            ],
+            "import",
+        ),
         ([USER], "user_code"),
         ([(SITE + "numpy/core/numeric.py", "convolve"), USER], "other"),
         ([], None),
@@ -95,7 +137,9 @@ def test_spin_signature_needs_a_rank_waiting_on_its_peers_and_tracks_where_each_
     importing = rank_stack(frames(("<frozen importlib._bootstrap>", "_find_and_load"), USER), pid=2)
     assert spin_signature([at_start, computing]) is None
     assert spin_signature([waiting, importing]) is None
-    assert spin_signature([at_start, rank_stack(frames((SITE + "torch/distributed/rendezvous.py", "_create_c10d_store"), USER), pid=2)])
+    assert spin_signature(
+        [at_start, rank_stack(frames((SITE + "torch/distributed/rendezvous.py", "_create_c10d_store"), USER), pid=2)]
+    )
 
 
 def test_user_frame_skips_libraries_and_stdlib():
@@ -213,7 +257,11 @@ def _wait_for(predicate, timeout=10.0):
 
 def test_find_ranks_skips_the_launcher_and_inherited_helpers():
     # the comment puts torchrun's module name on the parent's command line, as torchrun has it
-    proc = subprocess.Popen([sys.executable, "-c", _PARENT + "# torch.distributed.run", _RANK_WITH_HELPER], stdout=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PARENT + "# torch.distributed.run", _RANK_WITH_HELPER],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         proc.stdout.readline()
         _wait_for(lambda: len(psutil.Process(proc.pid).children(recursive=True)) == 4)
@@ -252,9 +300,16 @@ def test_faulthandler_hook_gives_the_stack_without_ptrace(tmp_path):
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir()
     script = "import os, time\ndef stuck():\n    print(os.environ.get('SITE_RAN'), flush=True)\n    while True: time.sleep(0.2)\nstuck()\n"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK_DIR), str(site)]), DIAGNOSE_HOOK_DIR=str(hook_dir), DIAGNOSE_HOOK_SIGNAL=str(HOOK_SIGNAL))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(HOOK_DIR), str(site)]),
+        DIAGNOSE_HOOK_DIR=str(hook_dir),
+        DIAGNOSE_HOOK_SIGNAL=str(HOOK_SIGNAL),
+    )
     (tmp_path / "job.py").write_text(script)
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "job.py")], stdout=subprocess.PIPE, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp_path / "job.py")], stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
     try:
         assert proc.stdout.readline().strip() == b"1"  # the shadowed sitecustomize ran
         _wait_for(lambda: (hook_dir / f"{proc.pid}.json").exists())

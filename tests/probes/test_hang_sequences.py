@@ -49,8 +49,16 @@ STEPS = [W, B] * 3
         ({0: ops(("barrier", [[1]])), 1: []}, [], "rank-behind"),  # rank 1 dumped, but issued nothing yet
         ({0: [], 1: []}, [], None),
     ],
-    ids=["one-more-step", "the-other-exited", "the-other-is-busy", "size-mismatch", "different-ops", "in-step",
-         "never-started", "nothing-recorded"],
+    ids=[
+        "one-more-step",
+        "the-other-exited",
+        "the-other-is-busy",
+        "size-mismatch",
+        "different-ops",
+        "in-step",
+        "never-started",
+        "nothing-recorded",
+    ],
 )
 def test_sequence_names_where_the_ranks_part(per_rank, stacks, expected):
     assert sequence(per_rank, stacks) == expected
@@ -70,13 +78,15 @@ def test_real_flight_recorder_dumps_of_uneven_batches():
 
 
 def test_slow_ranks_are_busy_while_every_other_rank_waits():
-    waiting, busy, exited = (RankStack(rank=r, activity=a) for r, a in ((1, "collective"), (0, "compute"), (2, "exited")))
+    waiting, busy, exited = (
+        RankStack(rank=r, activity=a) for r, a in ((1, "collective"), (0, "compute"), (2, "exited"))
+    )
     assert slow_ranks([waiting, busy]) == [0]
     assert slow_ranks([waiting, busy, exited]) == []  # an exited rank is another story
     assert slow_ranks([waiting, RankStack(rank=0, activity="collective")]) == []
 
 
-SOURCE = '''\
+SOURCE = """\
 import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -102,7 +112,7 @@ def main(rank):
     else:
         dist.broadcast(x, 0)
     dist.all_reduce(x)
-'''
+"""
 
 
 def test_rank_zero_calls_are_read_from_the_source(tmp_path):
@@ -146,7 +156,8 @@ W1124 torch/distributed/run.py Setting OMP_NUM_THREADS
 def test_tracebacks_are_split_by_rank_prefix_in_the_order_they_end():
     blocks = tracebacks(LOG.splitlines())
     assert [(rank, block[-1]) for rank, block in blocks] == [
-        (1, "KeyError: 'warmup'"), (0, "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1935"),
+        (1, "KeyError: 'warmup'"),
+        (0, "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1935"),
     ]
 
 

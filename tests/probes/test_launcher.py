@@ -29,8 +29,12 @@ SLURM = {
     "SLURM_GPUS_ON_NODE": "4",
     "SLURM_JOB_NAME": "train",
 }
-MPIRUN = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "3",
-          "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+MPIRUN = {
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+}
 
 
 def test_torchrun() -> None:
@@ -45,7 +49,12 @@ def test_slurm() -> None:
     found = launcher.probe(SLURM)
     assert found.kind == "slurm"
     assert (found.rank, found.local_rank, found.world_size, found.node_rank) == (6, 2, 8, 1)
-    assert (found.slurm_ntasks, found.slurm_ntasks_per_node, found.slurm_nnodes, found.slurm_gpus_on_node) == (8, 4, 2, 4)
+    assert (found.slurm_ntasks, found.slurm_ntasks_per_node, found.slurm_nnodes, found.slurm_gpus_on_node) == (
+        8,
+        4,
+        2,
+        4,
+    )
 
 
 def test_torchrun_inside_a_slurm_allocation_keeps_both() -> None:
@@ -55,7 +64,13 @@ def test_torchrun_inside_a_slurm_allocation_keeps_both() -> None:
 
 def test_mpirun() -> None:
     found = launcher.probe(MPIRUN)
-    assert (found.kind, found.rank, found.local_rank, found.world_size, found.local_world_size) == ("mpirun", 3, 3, 4, 4)
+    assert (found.kind, found.rank, found.local_rank, found.world_size, found.local_world_size) == (
+        "mpirun",
+        3,
+        3,
+        4,
+        4,
+    )
 
 
 def test_srun_with_pmi_is_slurm_not_mpirun() -> None:
@@ -75,7 +90,9 @@ def test_plain_python_or_a_notebook(interactive: bool | None, kind: str) -> None
 
 
 def test_compressed_slurm_counts_and_bad_values() -> None:
-    found = launcher.probe({"SLURM_JOB_ID": "1", "SLURM_NTASKS_PER_NODE": "4(x2)", "RANK": "zero", "MASTER_PORT": "29500x"})
+    found = launcher.probe(
+        {"SLURM_JOB_ID": "1", "SLURM_NTASKS_PER_NODE": "4(x2)", "RANK": "zero", "MASTER_PORT": "29500x"}
+    )
     assert found.slurm_ntasks_per_node == 4
     assert found.rank is None and found.unavailable["rank"] == "RANK='zero' is not a count"
     assert found.master_port is None and "MASTER_PORT" in found.unavailable["master_port"]

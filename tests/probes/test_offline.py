@@ -36,8 +36,10 @@ def test_no_log_leaves_log_evidence_unknown():
 
 
 def test_a_warning_pasted_in_the_report_counts_as_log_evidence():
-    env = ("/envs/rise/lib/python3.8/site-packages/torch/cuda/__init__.py:173: UserWarning: \n"
-           "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch ins")
+    env = (
+        "/envs/rise/lib/python3.8/site-packages/torch/cuda/__init__.py:173: UserWarning: \n"
+        "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch ins"
+    )
     facts = offline_facts([("env", env)])
     assert facts.log.signature_ids == ["cuda_arch_incompatible"]
     assert facts.log.sources == ["report:env"]
@@ -46,18 +48,28 @@ def test_a_warning_pasted_in_the_report_counts_as_log_evidence():
 
 
 def test_first_statement_wins_and_keyed_sections_merge():
-    facts = offline_facts([("a", "PyTorch version: 2.1.0\n[pip3] numpy==1.26.0"),
-                           ("b", "PyTorch version: 1.13.1\n[pip3] deepspeed==0.12.0")])
+    facts = offline_facts(
+        [
+            ("a", "PyTorch version: 2.1.0\n[pip3] numpy==1.26.0"),
+            ("b", "PyTorch version: 1.13.1\n[pip3] deepspeed==0.12.0"),
+        ]
+    )
     assert facts.torch.version == "2.1.0"
     assert facts.packages.values == {"torch": "2.1.0", "numpy": "1.26.0", "deepspeed": "0.12.0"}
 
 
 def test_several_logs_keep_their_sources():
-    facts = offline_facts(logs=[("a.log", io.StringIO("RuntimeError: Address already in use")),
-                                ("b.log", io.StringIO("ok\nRuntimeError: Connection refused"))])
+    facts = offline_facts(
+        logs=[
+            ("a.log", io.StringIO("RuntimeError: Address already in use")),
+            ("b.log", io.StringIO("ok\nRuntimeError: Connection refused")),
+        ]
+    )
     assert facts.log.sources == ["a.log", "b.log"] and facts.log.lines_read == 3
     assert [(s.id, s.source) for s in facts.log.signatures if s.id != "python_exception"] == [
-        ("address_in_use", "a.log"), ("connection_refused", "b.log")]
+        ("address_in_use", "a.log"),
+        ("connection_refused", "b.log"),
+    ]
 
 
 def test_binary_log_raises_log_error(tmp_path):
@@ -70,21 +82,39 @@ def test_binary_log_raises_log_error(tmp_path):
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("$ torchrun --nproc_per_node=8 --nnodes=2 --node_rank=1 --master_addr=10.0.0.1 --master_port=1234 train.py",
-         {"kind": "torchrun", "local_world_size": 8, "nnodes": 2, "node_rank": 1, "master_port": 1234,
-          "master_addr": "10.0.0.1", "devices_requested": 8}),
+        (
+            "$ torchrun --nproc_per_node=8 --nnodes=2 --node_rank=1 --master_addr=10.0.0.1 --master_port=1234 train.py",
+            {
+                "kind": "torchrun",
+                "local_world_size": 8,
+                "nnodes": 2,
+                "node_rank": 1,
+                "master_port": 1234,
+                "master_addr": "10.0.0.1",
+                "devices_requested": 8,
+            },
+        ),
         ("master节点的master_addr设置成127.0.0.1会报错", {"master_addr": "127.0.0.1"}),
-        ("python -m torch.distributed.launch --nproc_per_node 4 train.py",
-         {"kind": "torchrun", "local_world_size": 4, "devices_requested": 4}),
+        (
+            "python -m torch.distributed.launch --nproc_per_node 4 train.py",
+            {"kind": "torchrun", "local_world_size": 4, "devices_requested": 4},
+        ),
         ("srun python train.py --num-nodes 2 --gpus 4", {"kind": "slurm", "nnodes": 2, "devices_requested": 4}),
         ("I use mpirun -np 4 python xx.py", {"kind": "mpirun", "world_size": 4}),
         ("`accelerate launch sft_llama2.py --output_dir=sft`", {"kind": "accelerate"}),
-        ("accelerate launch --num_processes=2 train.py", {"kind": "accelerate", "world_size": 2, "devices_requested": 2}),
+        (
+            "accelerate launch --num_processes=2 train.py",
+            {"kind": "accelerate", "world_size": 2, "devices_requested": 2},
+        ),
         ("notebook_launcher(train_loop, args, num_processes=4)", {"kind": "accelerate", "devices_requested": 4}),
-        ('trainer = L.Trainer(max_epochs=10, devices=2, strategy="ddp", logger=None)',
-         {"strategy": "ddp", "devices_requested": 2}),
-        ("Trainer(accelerator='gpu', devices=[0, 1], strategy=DDPStrategy(find_unused_parameters=True))",
-         {"strategy": "ddp", "devices_requested": 2}),
+        (
+            'trainer = L.Trainer(max_epochs=10, devices=2, strategy="ddp", logger=None)',
+            {"strategy": "ddp", "devices_requested": 2},
+        ),
+        (
+            "Trainer(accelerator='gpu', devices=[0, 1], strategy=DDPStrategy(find_unused_parameters=True))",
+            {"strategy": "ddp", "devices_requested": 2},
+        ),
         ('Passing `accelerator="ddp"` the job hangs', {"strategy": "ddp"}),
         ('I tried to pass `--gpus "0,0"` to the Lightning Trainer', {"devices_requested": 2}),
     ],
@@ -97,18 +127,29 @@ def test_launcher_as_stated(text, expected):
 
 
 def test_visible_devices_and_notebooks():
-    facts = offline_facts(logs=[("log", io.StringIO(
-        "CUDA_VISIBLE_DEVICES=1,2 python -m torch.distributed.launch --nproc_per_node=4 train.py\n"
-        'File "/tmp/ipykernel_1234/3456.py", line 3, in <module>'))])
+    facts = offline_facts(
+        logs=[
+            (
+                "log",
+                io.StringIO(
+                    "CUDA_VISIBLE_DEVICES=1,2 python -m torch.distributed.launch --nproc_per_node=4 train.py\n"
+                    'File "/tmp/ipykernel_1234/3456.py", line 3, in <module>'
+                ),
+            )
+        ]
+    )
     assert facts.gpus.visible == ["1", "2"] and facts.env.values["CUDA_VISIBLE_DEVICES"] == "1,2"
     assert facts.host.interactive is True
 
 
-@pytest.mark.parametrize("text", [
-    "jupyter-vmarkovtsev:15833:15833 [0] NCCL INFO Bootstrap : Using [0]eth0:10.2.3.32<0>",
-    "the job hangs in the jupyter-hub cluster login node? no, in a script",
-    "strategy is ddp but it hangs",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "jupyter-vmarkovtsev:15833:15833 [0] NCCL INFO Bootstrap : Using [0]eth0:10.2.3.32<0>",
+        "the job hangs in the jupyter-hub cluster login node? no, in a script",
+        "strategy is ddp but it hangs",
+    ],
+)
 def test_what_is_not_stated_stays_unknown(text):
     facts = offline_facts(logs=[("log", io.StringIO(text))])
     assert facts.host.interactive is None
@@ -116,12 +157,14 @@ def test_what_is_not_stated_stays_unknown(text):
 
 
 def test_lightning_banners_and_nccl_info_fill_facts():
-    log = "\n".join([
-        "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]",
-        "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2",
-        "host:1:1 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1",
-        "NCCL version 2.18.1+cuda12.1",
-    ])
+    log = "\n".join(
+        [
+            "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]",
+            "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2",
+            "host:1:1 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1",
+            "NCCL version 2.18.1+cuda12.1",
+        ]
+    )
     facts = offline_facts(logs=[("log", io.StringIO(log))])
     assert facts.launcher.world_size == 2 and facts.gpus.visible == ["0"]
     assert facts.env.values == {"NCCL_P2P_DISABLE": "1"} and facts.torch.nccl == "2.18.1"
@@ -152,7 +195,8 @@ def test_a_table_pasted_in_the_log_is_a_fact_from_the_log():
 
 
 CASES = sorted((REPORTS.parents[2].parent / "shared" / "cases").glob("*.yaml")) + sorted(
-    (REPORTS.parents[1] / "cases").glob("*.yaml"))
+    (REPORTS.parents[1] / "cases").glob("*.yaml")
+)
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diagnose.kb import load_kb
-from probes.prefilter import required_literals
 from diagnose.rules import LogCheck
+from probes.prefilter import required_literals
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,27 @@ def test_never_hides_a_match_on_kb_examples():
                 assert may_match(literals, text.lower()), (pattern, text)
 
 
-WORDS = st.sampled_from(["NCCL", "WARN", "error", "Error", "GPU", "rank", "0", "1", ",", " ", "hang", "Hung", "stuck", "cuda:0", "IOMMU", "torch.load(", "map_location"])
+WORDS = st.sampled_from(
+    [
+        "NCCL",
+        "WARN",
+        "error",
+        "Error",
+        "GPU",
+        "rank",
+        "0",
+        "1",
+        ",",
+        " ",
+        "hang",
+        "Hung",
+        "stuck",
+        "cuda:0",
+        "IOMMU",
+        "torch.load(",
+        "map_location",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="process groups 
 def _start(code: str, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     """A Python child that writes 'ready' once its handlers are set and ``code`` has run."""
     ready = tmp_path / "ready"
-    body = textwrap.dedent(code) + f"\nopen({str(ready)!r}, 'w').write('ready')\nimport time\nwhile True: time.sleep(0.1)\n"
+    body = (
+        textwrap.dedent(code)
+        + f"\nopen({str(ready)!r}, 'w').write('ready')\nimport time\nwhile True: time.sleep(0.1)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", body], **own_group())
     while not ready.exists():
         assert proc.poll() is None, "the child died before it was ready"

@@ -22,7 +22,11 @@ def test_collect_env_modern_windows():
     f = report("collect_env_2.0_windows.txt")
     assert f.inputs == ["report:collect_env_2.0_windows.txt"]
     assert (f.torch.version, f.torch.cuda, f.torch.cuda_build, f.torch.cuda_available) == (
-        "2.0.1+cu117", "11.7", True, True)
+        "2.0.1+cu117",
+        "11.7",
+        True,
+        True,
+    )
     assert (f.host.platform, f.host.os, f.host.python) == ("win32", "Microsoft Windows 11 Pro", "3.9.16")
     assert f.driver.version == "535.98"
     assert f.gpus.count == 1 and f.gpus.models == ["NVIDIA GeForce GTX 1050 Ti"]
@@ -99,8 +103,7 @@ def test_short_bullets():
 
 
 def test_unfilled_template_states_nothing():
-    assert report("lightning_template_unfilled.txt") == Facts(
-        inputs=["report:lightning_template_unfilled.txt"])
+    assert report("lightning_template_unfilled.txt") == Facts(inputs=["report:lightning_template_unfilled.txt"])
 
 
 def test_accelerate_env_with_config():
@@ -190,8 +193,10 @@ def test_nccl_tests_header():
 
 
 def test_env_lines_are_allow_listed_and_never_secrets():
-    f = parse_report("NCCL_P2P_DISABLE=1\nexport NCCL_DEBUG=INFO\nHF_TOKEN=abc\nAWS_SECRET_ACCESS_KEY=x\n"
-                     "CUDA_VISIBLE_DEVICES=0,0\nPATH=/usr/bin")
+    f = parse_report(
+        "NCCL_P2P_DISABLE=1\nexport NCCL_DEBUG=INFO\nHF_TOKEN=abc\nAWS_SECRET_ACCESS_KEY=x\n"
+        "CUDA_VISIBLE_DEVICES=0,0\nPATH=/usr/bin"
+    )
     assert f.env.values == {"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,0"}
     assert f.env.complete is False
     assert f.gpus.visible == ["0", "0"] and f.gpus.visible_duplicates is True
@@ -229,9 +234,7 @@ def test_binary_and_mixed_encodings_do_not_raise():
     assert parse_report(truncated).torch.version == "2.0.1+cu117"
 
 
-_LINES = st.sampled_from(
-    [line for p in sorted(FIXTURES.glob("*.txt")) for line in p.read_text().splitlines()]
-)
+_LINES = st.sampled_from([line for p in sorted(FIXTURES.glob("*.txt")) for line in p.read_text().splitlines()])
 
 
 @settings(max_examples=300, deadline=None)
@@ -243,13 +246,17 @@ def test_fuzz_never_raises_and_validates(lines):
 
 
 def test_conda_list_says_cpu_or_cuda_build():
-    cpu = parse_report("# Name                    Version                   Build  Channel\n"
-                       "_libgcc_mutex             0.1                        main  \n"
-                       "_pytorch_select           0.1                       cpu_0  \n"
-                       "I then ran the script")
+    cpu = parse_report(
+        "# Name                    Version                   Build  Channel\n"
+        "_libgcc_mutex             0.1                        main  \n"
+        "_pytorch_select           0.1                       cpu_0  \n"
+        "I then ran the script"
+    )
     assert cpu.torch.cuda_build is False and cpu.packages.lookup("_pytorch_select") == (True, "0.1")
-    gpu = parse_report((REPORTS_DIR / "collect_env_no_torch.txt").read_text()
-                       + "\n[conda] pytorch                   1.10.2          py3.9_cuda11.3_cudnn8.2.0_0    pytorch")
+    gpu = parse_report(
+        (REPORTS_DIR / "collect_env_no_torch.txt").read_text()
+        + "\n[conda] pytorch                   1.10.2          py3.9_cuda11.3_cudnn8.2.0_0    pytorch"
+    )
     assert gpu.torch.cuda_build is True and gpu.torch.cuda == "11.3"
 
 
@@ -272,7 +279,11 @@ def test_pip_list_rows_of_tracked_packages_only():
             "2.8.0.dev20250402+cu128",
             ["NVIDIA GeForce RTX 5090", "NVIDIA GeForce RTX 5090"],
         ),
-        ("YOLOv5 🚀 2021-4-24 torch 1.8.1+cu111 CUDA:0 (GeForce RTX 3090, 24268.3125MB)", "1.8.1+cu111", ["GeForce RTX 3090"]),
+        (
+            "YOLOv5 🚀 2021-4-24 torch 1.8.1+cu111 CUDA:0 (GeForce RTX 3090, 24268.3125MB)",
+            "1.8.1+cu111",
+            ["GeForce RTX 3090"],
+        ),
         ("YOLOv5 🚀 v6.1 Python-3.8.10 torch-1.10.1+cu113 CPU", "1.10.1+cu113", []),
     ],
 )
@@ -284,8 +295,11 @@ def test_the_ultralytics_banner_names_torch_and_the_gpus(banner, torch, gpus):
 
 @pytest.mark.parametrize(
     ("line", "names"),
-    [("- 使用两台NVIDIA A100-SXM4-80GB GPU", ["A100"]), ("I train on 4 RTX 3090 cards with DDP", ["GeForce RTX 3090"]),
-     ("the loss goes down fine", [])],
+    [
+        ("- 使用两台NVIDIA A100-SXM4-80GB GPU", ["A100"]),
+        ("I train on 4 RTX 3090 cards with DDP", ["GeForce RTX 3090"]),
+        ("the loss goes down fine", []),
+    ],
 )
 def test_a_sentence_naming_a_gpu_model_gives_that_model(line, names):
     assert [d.name for d in parse_report(line).gpus.devices or []] == names

@@ -38,16 +38,36 @@ def test_every_table_loads_and_cites_https_sources():
 @pytest.mark.parametrize(
     "file,old,new,expected",
     [
-        ("gpus.yaml", 'name: H100, capability: "9.0"', 'name: H100, capability: "9.9"',
-         r"gpus\.yaml:\d+: models\[\d+\]\.capability: no row for compute capability 9\.9"),
-        ("cuda.yaml", 'cuda: "12.4", linux: "550.54.14"', 'cuda: "12.4", linux: "R550"',
-         r"cuda\.yaml:\d+: releases\[\d+\]\.linux: not a version: 'R550'"),
-        ("packages.yaml", 'torch: ">=2.1"', 'torch: "newer than 2.1"',
-         r"packages\.yaml: requirements\.lightning\[\d+\]\.torch: not a version specifier"),
-        ("nccl.yaml", "sources:\n", "sources: []\nunused:\n",
-         r"nccl\.yaml:\d*:? ?sources: List should have at least 1 item"),
-        ("nccl.yaml", "archs: [hopper]", "archs: [hoper]",
-         r"nccl\.yaml:\d+: known_issues\[1\]\.archs: not an architecture of gpus\.yaml: \['hoper'\]"),
+        (
+            "gpus.yaml",
+            'name: H100, capability: "9.0"',
+            'name: H100, capability: "9.9"',
+            r"gpus\.yaml:\d+: models\[\d+\]\.capability: no row for compute capability 9\.9",
+        ),
+        (
+            "cuda.yaml",
+            'cuda: "12.4", linux: "550.54.14"',
+            'cuda: "12.4", linux: "R550"',
+            r"cuda\.yaml:\d+: releases\[\d+\]\.linux: not a version: 'R550'",
+        ),
+        (
+            "packages.yaml",
+            'torch: ">=2.1"',
+            'torch: "newer than 2.1"',
+            r"packages\.yaml: requirements\.lightning\[\d+\]\.torch: not a version specifier",
+        ),
+        (
+            "nccl.yaml",
+            "sources:\n",
+            "sources: []\nunused:\n",
+            r"nccl\.yaml:\d*:? ?sources: List should have at least 1 item",
+        ),
+        (
+            "nccl.yaml",
+            "archs: [hopper]",
+            "archs: [hoper]",
+            r"nccl\.yaml:\d+: known_issues\[1\]\.archs: not an architecture of gpus\.yaml: \['hoper'\]",
+        ),
     ],
 )
 def test_a_bad_row_is_one_line_naming_file_and_place(tmp_path, file, old, new, expected):
@@ -104,7 +124,9 @@ def test_torch_covers_a_gpu_from_its_cuda_and_release_without_an_arch_list():
     # the other direction: a CUDA 12.8 build of torch 2.8 no longer carries Pascal kernels
     pascal = facts_with("NVIDIA GeForce GTX 1080 Ti", TorchBuild(version="2.8.0+cu128", cuda="12.8"))
     assert pascal.torch.supports_gpu_arch is False
-    assert facts_with("NVIDIA GeForce GTX 1080 Ti", TorchBuild(version="2.8.0+cu126", cuda="12.6")).torch.supports_gpu_arch
+    assert facts_with(
+        "NVIDIA GeForce GTX 1080 Ti", TorchBuild(version="2.8.0+cu126", cuda="12.6")
+    ).torch.supports_gpu_arch
     assert facts_with(None, TorchBuild(version="2.5.1", cuda="12.4")).torch.supports_gpu_arch is None
 
 
@@ -143,7 +165,9 @@ def test_library_requirements_read_the_installed_torch():
     assert facts.packages.deepspeed_supports_torch is False  # torch._six, removed in torch 2.0
     assert facts.packages.transformers_supports_torch is None  # not installed: nothing to say
     assert facts.packages.torch_requirements_unmet == [
-        "deepspeed 0.7.3 needs torch<2.0", "lightning 2.7.0 needs torch>=2.6"]
+        "deepspeed 0.7.3 needs torch<2.0",
+        "lightning 2.7.0 needs torch>=2.6",
+    ]
 
 
 def test_gpus_named_only_in_the_log_still_resolve():
@@ -190,7 +214,8 @@ def test_no_rule_names_a_gpu_model_or_version_in_a_log_pattern():
     # `diagnose kb lint` fails on each of these, so the list stays empty
     offenders = naming_offenders(load_kb().rules)
     assert not offenders, "log patterns naming what kb/tables/ knows; test a table fact instead:\n" + "\n".join(
-        f"  {rid}: {hit}" for rid, hits in sorted(offenders.items()) for hit in hits)
+        f"  {rid}: {hit}" for rid, hits in sorted(offenders.items()) for hit in hits
+    )
 
 
 OLD_STYLE_RULE = r"""

@@ -31,6 +31,7 @@ PY = [sys.executable]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 OLD_LAUNCH = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "2", "--master-port", "{port}"]
 
+
 @dataclass(frozen=True)
 class Job:
     script: str
@@ -88,8 +89,21 @@ def free_port() -> int:
 
 def run_job(job: Job, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
     env = dict(os.environ, HANG_TIMEOUT_S="60", PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "diagnose", "run", "--json", "--hang-after", job.hang_after, "--grace", "2",
-            "--out", str(out), "--", *job.argv(free_port())]
+    argv = [
+        sys.executable,
+        "-m",
+        "diagnose",
+        "run",
+        "--json",
+        "--hang-after",
+        job.hang_after,
+        "--grace",
+        "2",
+        "--out",
+        str(out),
+        "--",
+        *job.argv(free_port()),
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=out.parent, env=env)
     assert not leftovers(out), "diagnose run left processes behind"
     assert not (out / ".hook").exists()

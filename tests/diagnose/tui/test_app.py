@@ -42,7 +42,9 @@ async def test_opens_on_first_cause_and_navigates(duplicate_gpu):
         causes = app.screen.query_one(CauseList)
         detail = app.screen.query_one(CauseDetail)
         assert isinstance(app.screen, ResultsScreen) and causes.has_focus
-        assert [causes.get_option_at_index(i).id for i in range(causes.option_count)] == [f.id for f in duplicate_gpu.findings]
+        assert [causes.get_option_at_index(i).id for i in range(causes.option_count)] == [
+            f.id for f in duplicate_gpu.findings
+        ]
         assert detail.finding.id == duplicate_gpu.findings[0].id
 
         await pilot.press("down")
@@ -273,7 +275,9 @@ async def test_run_screen_shows_live_steps_then_results(kb):
     gate = Gate(load_snapshot(SNAPSHOTS / "devices_duplicate-gpu.json"))
     app = make_app(gather=gate, kb=kb, steps=["torch", "host", "gpus"])
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen._started.keys() >= {"host", "torch"})
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, RunScreen) and app.screen._started.keys() >= {"host", "torch"}
+        )
         screen = app.screen
         table = screen.query_one("#steps")
         assert str(table.get_cell("host", "state")) == "✓ passed"

@@ -24,6 +24,4 @@ def test_placement_counts_ranks_holding_memory_on_a_gpu_not_their_own():
 
 
 def test_placement_in_a_pid_namespace_says_it_could_not_match():
-    assert placement_summary([(5, 0), (6, 1)], {0: {4242}, 1: {4243}}) == {
-        "nvml_pids_matched": False
-    }
+    assert placement_summary([(5, 0), (6, 1)], {0: {4242}, 1: {4243}}) == {"nvml_pids_matched": False}

@@ -14,10 +14,29 @@ def test_the_sweep_sizes_are_the_ones_the_names_cover():
 def test_every_measurement_the_judge_fills_is_a_name_rules_may_use():
     timings = {f"time_s_{size_label(s)}": 0.001 for s in SIZES}
     reports = {
-        0: RankReport(measurements={"init_s": 0.1, "first_collective_s": 0.2, "barrier_s": 0.1, **timings,
-                                    "device_uuid": "GPU-a", "nccl_error": None}, done=True, steps=["barrier"]),
-        1: RankReport(measurements={"init_s": 0.1, "first_collective_s": 0.2, "barrier_s": 0.1, **timings,
-                                    "device_uuid": "GPU-b"}, done=True, steps=["barrier"]),
+        0: RankReport(
+            measurements={
+                "init_s": 0.1,
+                "first_collective_s": 0.2,
+                "barrier_s": 0.1,
+                **timings,
+                "device_uuid": "GPU-a",
+                "nccl_error": None,
+            },
+            done=True,
+            steps=["barrier"],
+        ),
+        1: RankReport(
+            measurements={
+                "init_s": 0.1,
+                "first_collective_s": 0.2,
+                "barrier_s": 0.1,
+                **timings,
+                "device_uuid": "GPU-b",
+            },
+            done=True,
+            steps=["barrier"],
+        ),
     }
     for name in ("rendezvous", "barrier", "all_reduce", "duplicate_gpu"):
         for status in ("passed", "failed"):

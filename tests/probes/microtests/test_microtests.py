@@ -49,9 +49,7 @@ def test_importing_the_package_does_not_import_torch():
 
 def test_the_suite_passes_on_two_gloo_ranks():
     seen = []
-    result = run_microtests(
-        nproc=2, backend="gloo", timeout=60, progress=lambda *event: seen.append(event)
-    )
+    result = run_microtests(nproc=2, backend="gloo", timeout=60, progress=lambda *event: seen.append(event))
     assert result.source == "microtest"
     for name in ("rendezvous", "barrier", "all_reduce", "lightning_fit"):
         test = getattr(result, name)
@@ -66,9 +64,7 @@ def test_the_suite_passes_on_two_gloo_ranks():
     if result.placement.status == "skipped":  # no GPU here
         assert result.unavailable["placement"] == result.placement.reason
         assert result.duplicate_gpu.reason
-    assert [(n, s) for n, s, _ in seen] == [
-        (n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)
-    ]
+    assert [(n, s) for n, s, _ in seen] == [(n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)]
     assert _leftovers() == []
 
 
@@ -151,37 +147,27 @@ def test_the_tests_share_one_launch_of_ranks(launched, monkeypatch, gpu_nodes, s
 def test_a_step_that_hangs_is_cut_at_its_deadline_and_the_steps_after_it_still_run(plant, launched):
     plant("barrier:1:skip_barrier")
     seen = []
-    result = run_microtests(
-        nproc=2, backend="gloo", timeout=10, progress=lambda *event: seen.append(event)
-    )
+    result = run_microtests(nproc=2, backend="gloo", timeout=10, progress=lambda *event: seen.append(event))
     barrier = result.barrier
     assert barrier.status == "timed_out", barrier.error
     assert barrier.measurements["missing_ranks"] == "1"
-    assert barrier.ranks["0"].startswith("barrier;") and not barrier.ranks["1"].startswith(
-        "barrier"
-    )
+    assert barrier.ranks["0"].startswith("barrier;") and not barrier.ranks["1"].startswith("barrier")
     for name in ("rendezvous", "all_reduce", "lightning_fit"):
         assert getattr(result, name).status == "passed", (name, getattr(result, name).error)
     assert result.lightning_fit.measurements["global_step"] == 4
     assert launched == [0, 0]  # the group, then a new one for the steps after the barrier
-    assert [(n, s) for n, s, _ in seen] == [
-        (n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)
-    ]
+    assert [(n, s) for n, s, _ in seen] == [(n, s) for n in TEST_NAMES for s in ("running", getattr(result, n).status)]
     assert _leftovers() == []
 
 
 @pytest.mark.parametrize(("gpu_nodes", "killed"), [(False, 1), (False, 0), (True, 1)])
-def test_a_rank_killed_in_one_step_fails_that_step_only(
-    plant, launched, monkeypatch, gpu_nodes, killed
-):
+def test_a_rank_killed_in_one_step_fails_that_step_only(plant, launched, monkeypatch, gpu_nodes, killed):
     monkeypatch.setattr(runner, "_gpu_nodes", lambda: gpu_nodes)
     plant(f"all_reduce:{killed}:kill")
     result = run_microtests(["barrier", "all_reduce", "lightning_fit"], nproc=2, backend="gloo")
     assert result.barrier.status == "passed"
     assert result.all_reduce.status == "failed"
-    assert result.all_reduce.error == (
-        f"rank {killed} died from signal SIGKILL at step 'process group up'"
-    )
+    assert result.all_reduce.error == (f"rank {killed} died from signal SIGKILL at step 'process group up'")
     assert result.all_reduce.ranks[str(killed)] == "process group up; signal SIGKILL"
     assert result.lightning_fit.status == "passed", result.lightning_fit.error
     # Once rank 0 has said it found no GPU, the next group is forked whatever the device nodes.
@@ -202,12 +188,8 @@ def test_a_torch_that_cannot_be_imported_skips_every_test(tmp_path, monkeypatch)
     for name in TEST_NAMES:
         test = getattr(result, name)
         assert test.status == "skipped"
-        assert test.reason == (
-            f"torch cannot be imported by {sys.executable}: ImportError: planted: no torch here"
-        )
-    assert [(n, s) for n, s, _ in seen] == [
-        (n, s) for n in TEST_NAMES for s in ("running", "skipped")
-    ]
+        assert test.reason == (f"torch cannot be imported by {sys.executable}: ImportError: planted: no torch here")
+    assert [(n, s) for n, s, _ in seen] == [(n, s) for n in TEST_NAMES for s in ("running", "skipped")]
     assert _leftovers() == []
 
 
@@ -219,10 +201,7 @@ def test_a_rank_that_dies_before_it_answers_skips_every_test_saying_why(tmp_path
     )
     result = run_microtests(["rendezvous", "lightning_fit"])
     assert result.rendezvous.status == result.lightning_fit.status == "skipped"
-    assert (
-        result.rendezvous.reason
-        == f"inspecting torch in {sys.executable} failed: exit 3: planted crash"
-    )
+    assert result.rendezvous.reason == f"inspecting torch in {sys.executable} failed: exit 3: planted crash"
     assert _leftovers() == []
 
 

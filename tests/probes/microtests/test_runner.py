@@ -35,9 +35,7 @@ EIGHT_GPUS = {**ONE_GPU, "device_count": 8}
 
 
 def _run(reports, exits, *, deadline_hit=False, failed_first=(), nproc=2, extra=None) -> Run:
-    watched = Watched(
-        exits=exits, deadline_hit=deadline_hit, failed_first=list(failed_first), elapsed_s=1.0
-    )
+    watched = Watched(exits=exits, deadline_hit=deadline_hit, failed_first=list(failed_first), elapsed_s=1.0)
     return Run(watched, dict(enumerate(reports)), None, nproc, "gloo", 5.0, extra or {})
 
 
@@ -60,9 +58,7 @@ def test_all_passing_ranks_pass():
 
 def test_a_signal_death_outranks_the_errors_it_causes():
     dead = RankReport(steps=["process group up"])
-    echo = RankReport(
-        steps=["all_reduce 1KB"], error="RuntimeError: Connection closed by peer", error_time=2.0
-    )
+    echo = RankReport(steps=["all_reduce 1KB"], error="RuntimeError: Connection closed by peer", error_time=2.0)
     run = _run([echo, dead], {0: Ended(1), 1: Ended(-9)}, failed_first=[0, 1])
     status, error = verdict(run)
     assert status == "failed"
@@ -76,9 +72,7 @@ def test_a_rank_aborted_by_the_nccl_watchdog_is_timed_out_with_its_words():
         "before timing out.\nFatal Python error: Aborted\n\nThread 0x7f (most recent call first):\n"
         '  File "checks.py", line 160 in all_reduce\n'
     )
-    run = _run(
-        [RankReport(steps=["all_reduce 1KB"]), _done()], {0: Ended(-6), 1: Ended(0)}, failed_first=[0]
-    )
+    run = _run([RankReport(steps=["all_reduce 1KB"]), _done()], {0: Ended(-6), 1: Ended(0)}, failed_first=[0])
     run.watched.output[0] = said
     status, error = verdict(run)
     assert status == "timed_out"
@@ -87,9 +81,7 @@ def test_a_rank_aborted_by_the_nccl_watchdog_is_timed_out_with_its_words():
 
 
 def test_a_crash_is_explained_by_its_last_error_line():
-    run = _run(
-        [RankReport(steps=["import torch"]), _done()], {0: Ended(-11), 1: Ended(0)}, failed_first=[0]
-    )
+    run = _run([RankReport(steps=["import torch"]), _done()], {0: Ended(-11), 1: Ended(0)}, failed_first=[0])
     run.watched.output[0] = "Fatal Python error: Segmentation fault\n\nCurrent thread:\n  File x\n"
     status, error = verdict(run)
     assert status == "failed"
@@ -138,10 +130,7 @@ def test_a_rank_that_fails_without_a_word_is_explained_by_its_output():
 
 
 def test_a_cpp_trace_is_cut_from_errors():
-    text = (
-        "RuntimeError: NCCL error: invalid usage\nLast error: Duplicate GPU\n"
-        "Exception raised from x at y\nframe #0"
-    )
+    text = "RuntimeError: NCCL error: invalid usage\nLast error: Duplicate GPU\nException raised from x at y\nframe #0"
     report = RankReport(error=text, error_time=1.0)
     _, error = verdict(_run([report, _done()], {0: Ended(1), 1: Ended(0)}, failed_first=[0]))
     assert error == "rank 0: RuntimeError: NCCL error: invalid usage | Last error: Duplicate GPU"
@@ -153,8 +142,7 @@ def test_all_reduce_averages_time_over_ranks_and_reports_bus_bandwidth():
         {f"time_s_{size_label(s)}": s / 1e9 * 3 for s in SIZES},
     ]
     reports = [
-        RankReport(steps=[f"all_reduce {size_label(s)}" for s in SIZES], measurements=t, done=True)
-        for t in times
+        RankReport(steps=[f"all_reduce {size_label(s)}" for s in SIZES], measurements=t, done=True) for t in times
     ]
     test = judge_run("all_reduce", _run(reports, {0: Ended(0), 1: Ended(0)}))
     m = test.measurements
@@ -241,12 +229,8 @@ def test_skip_reasons_per_test():
     assert _skip_reason("duplicate_gpu", cpu, "ddp") == "needs a CUDA GPU; torch sees none"
     assert _skip_reason("lightning_fit", cpu, "ddp") is None
     assert "needs CUDA GPUs and NCCL" in _skip_reason("lightning_fit", cpu, "fsdp")
-    assert "deepspeed package" in _skip_reason(
-        "lightning_fit", plan(ONE_GPU, None, None), "deepspeed"
-    )
-    assert "lightning" in _skip_reason(
-        "lightning_fit", plan({**CPU, "lightning": False}, None, None), "ddp"
-    )
+    assert "deepspeed package" in _skip_reason("lightning_fit", plan(ONE_GPU, None, None), "deepspeed")
+    assert "lightning" in _skip_reason("lightning_fit", plan({**CPU, "lightning": False}, None, None), "ddp")
     assert _skip_reason("duplicate_gpu", plan(ONE_GPU, None, None), "ddp") is None
     assert "gloo" in _skip_reason("duplicate_gpu", plan(ONE_GPU, None, "gloo"), "ddp")
 
@@ -263,11 +247,7 @@ def test_child_env_drops_launcher_variables_and_keeps_nccl_settings(monkeypatch)
         monkeypatch.setenv(name, value)
     env = child_env({"LOCAL_RANK": "1"})
     assert not {"RANK", "MASTER_PORT", "SLURM_PROCID", "TORCHELASTIC_RUN_ID"} & set(env)
-    assert (
-        env["NCCL_P2P_DISABLE"] == "1"
-        and env["CUDA_VISIBLE_DEVICES"] == "1,2"
-        and env["LOCAL_RANK"] == "1"
-    )
+    assert env["NCCL_P2P_DISABLE"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "1,2" and env["LOCAL_RANK"] == "1"
 
 
 @pytest.mark.parametrize(

@@ -91,9 +91,7 @@ def test_group_steps_put_each_rank_on_its_own_gpu_with_a_port_per_step():
     assert (planned.world_size, planned.backend, planned.timeout) == (2, "nccl", 7.0)
     assert [s.devices for s in planned.steps] == [["cuda:0", "cuda:1"]] * 2
     assert planned.steps[0].port != planned.steps[1].port
-    on_cpu = group_plan(
-        ["all_reduce", "placement"], _plan(2, backend="gloo"), strategy="ddp", timeout=7.0
-    )
+    on_cpu = group_plan(["all_reduce", "placement"], _plan(2, backend="gloo"), strategy="ddp", timeout=7.0)
     assert [s.devices for s in on_cpu.steps] == [["cpu", "cpu"], ["cuda:0", "cuda:1"]]
     assert group_plan([], _plan(2), strategy="ddp", timeout=7.0).world_size == 0
 
@@ -138,9 +136,7 @@ def test_a_failing_nccl_collective_is_rerun_under_each_variant(monkeypatch):
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     seen = []
-    test = _run_test(
-        "barrier", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: seen.append(e)
-    )
+    test = _run_test("barrier", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: seen.append(e))
     assert test.status == "failed"
     assert test.variants == {
         "p2p_disabled": "passed",
@@ -164,18 +160,10 @@ def test_a_failing_nccl_collective_is_rerun_under_each_variant(monkeypatch):
 
 def test_a_passing_or_gloo_test_gets_no_variants(monkeypatch):
     monkeypatch.setattr(runner, "execute", lambda *a, **k: _fake_run("passed"))
-    assert (
-        _run_test(
-            "all_reduce", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: None
-        ).variants
-        == {}
-    )
+    assert _run_test("all_reduce", _plan(2), timeout=5, strategy="ddp", notify=lambda *e: None).variants == {}
     monkeypatch.setattr(runner, "execute", lambda *a, **k: _fake_run("failed", k["backend"]))
     cpu = _plan(2, backend="gloo")
-    assert (
-        _run_test("all_reduce", cpu, timeout=5, strategy="ddp", notify=lambda *e: None).variants
-        == {}
-    )
+    assert _run_test("all_reduce", cpu, timeout=5, strategy="ddp", notify=lambda *e: None).variants == {}
 
 
 def test_a_rank_on_a_foreign_gpu_fails_placement():
@@ -189,9 +177,7 @@ def test_a_rank_on_a_foreign_gpu_fails_placement():
 
 
 def test_ddp_spawn_ranks_are_judged_through_their_launcher():
-    launcher = RankReport(
-        steps=["started", "trainer", "fit"], measurements={"fit_s": 2.0}, done=True
-    )
+    launcher = RankReport(steps=["started", "trainer", "fit"], measurements={"fit_s": 2.0}, done=True)
     ranks = {
         r: RankReport(steps=["setup", "training_step 3", "fit done"], measurements=m)
         for r, m in ((0, {"global_step": 4, "loss_finite": True}), (1, {}))
@@ -243,9 +229,7 @@ def test_on_a_gpu_a_failed_step_gets_its_variants_and_the_steps_after_it_a_new_g
         (["all_reduce", "placement", "lightning_fit"], 1),
     ]
     assert result.barrier.status == "failed"
-    assert result.barrier.variants == dict.fromkeys(
-        ("p2p_disabled", "shm_disabled", "ib_disabled", "gloo"), "passed"
-    )
+    assert result.barrier.variants == dict.fromkeys(("p2p_disabled", "shm_disabled", "ib_disabled", "gloo"), "passed")
     assert [getattr(result, n).status for n in TEST_NAMES if n != "barrier"] == ["passed"] * 5
     assert [(name, backend) for name, backend, _ in executed] == [
         *[("barrier", "nccl")] * 3,
@@ -258,11 +242,7 @@ def test_on_a_gpu_a_failed_step_gets_its_variants_and_the_steps_after_it_a_new_g
         ("barrier", "running"),
         *[("barrier", "running")] * 4,  # one per variant
         ("barrier", "failed"),
-        *[
-            (n, s)
-            for n in ("all_reduce", "placement", "lightning_fit")
-            for s in ("running", "passed")
-        ],
+        *[(n, s) for n in ("all_reduce", "placement", "lightning_fit") for s in ("running", "passed")],
         ("duplicate_gpu", "running"),
         ("duplicate_gpu", "passed"),
     ]

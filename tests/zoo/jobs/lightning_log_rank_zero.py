@@ -26,6 +26,14 @@ class Model(L.LightningModule):
 
 if __name__ == "__main__":
     data = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=3, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_epochs=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Model(), data, data)

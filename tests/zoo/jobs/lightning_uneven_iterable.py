@@ -28,6 +28,14 @@ class Model(L.LightningModule):
 
 if __name__ == "__main__":
     # the checkpoint at the end of the epoch: the rank that ran out of data waits there
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1, logger=False,
-                        default_root_dir=".", enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_epochs=1,
+        logger=False,
+        default_root_dir=".",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(Model(), DataLoader(Shard(), batch_size=1))

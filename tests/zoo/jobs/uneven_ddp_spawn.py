@@ -14,8 +14,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def work(rank: int, world: int, port: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=float(os.environ.get("HANG_TIMEOUT_S", "60"))))
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=float(os.environ.get("HANG_TIMEOUT_S", "60")))
+    )
     model = DDP(torch.nn.Linear(4, 1))
     batches = torch.randn(7, 4)[rank::world].split(1)  # 4 batches on rank 0, 3 on rank 1
     for step, batch in enumerate(batches):
