@@ -90,7 +90,7 @@ Process groups, launch and rendezvous
   connection_refused           "Connection refused" (store, gloo, NCCL bootstrap)
   child_failed                 torchrun's ChildFailedError, and its summary's first failing
                                rank [first_failing_rank, exitcode]
-  sigkill_exit                 a process killed by SIGKILL (exit -9 / 137, "Signal 9",
+  sigkill_exit                 a process killed by signal 9 (exit -9 / 137, "Signal 9",
                                OOM killer) [exitcode, local_rank]
   lightning_ddp_init           Lightning "Initializing distributed: GLOBAL_RANK: r, MEMBER:
                                m/n" [member, world_size]
