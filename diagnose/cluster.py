@@ -95,16 +95,8 @@ def cmd_cluster(argv: Sequence[str]) -> int:
             raise UsageError(f"{args.snapshot}: not a cluster snapshot (no cluster section); use `diagnose --from`")
         return _write(facts, load_kb(args.kb), fmt, args)
 
-    from importlib.util import find_spec
-
-    if find_spec("torch") is None:  # the ranks talk through torch.distributed
-        raise UsageError(
-            "diagnose cluster needs torch in this environment (pip install torch); "
-            "`diagnose cluster --from FILE` reads a saved snapshot without it"
-        )
     from probes.cluster.identity import LaunchError, identity
     from probes.cluster.options import Options
-    from probes.cluster.rank import ClusterError, run
 
     for name in ("timeout", "join_timeout", "op_timeout"):
         if getattr(args, name) <= 0:
@@ -121,6 +113,15 @@ def cmd_cluster(argv: Sequence[str]) -> int:
         me = identity(os.environ)
     except LaunchError as exc:
         raise UsageError(str(exc)) from None
+    from importlib.util import find_spec
+
+    if find_spec("torch") is None:  # the ranks talk through torch.distributed
+        raise UsageError(
+            "diagnose cluster needs torch in this environment (pip install torch); "
+            "`diagnose cluster --from FILE` reads a saved snapshot without it"
+        )
+    from probes.cluster.rank import ClusterError, run
+
     kb = load_kb(args.kb) if me.rank == 0 else None  # a broken rule base fails before anyone waits
 
     def write_report(facts: Facts, expired: bool) -> int:
