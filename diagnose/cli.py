@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from diagnose.contract import Exit, Parser, UsageError, drop_stdout, emit, kb_option
+from diagnose.contract import Exit, Parser, UsageError, chosen_format, drop_stdout, emit, format_options, kb_option
 from diagnose.gather import gather_facts, input_options, is_offline, progress_printer
 
 
@@ -28,12 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 no error finding, 1 an error finding, 2 bad usage or input, 3 internal failure.",
     )
     out = parser.add_argument_group("output")
-    out.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
-    out.add_argument(
-        "--format",
-        choices=["text", "json", "markdown"],
-        help="output format (default: the interactive view at a terminal, else text)",
-    )
+    format_options(out, "the interactive view at a terminal, else text")
     input_options(parser)
     kb_option(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -51,9 +46,7 @@ def _version() -> str:
 
 def cmd_diagnose(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
-    fmt = "json" if args.json else args.format
-    if args.json and args.format not in (None, "json"):
-        raise UsageError("--json and --format disagree")
+    fmt = chosen_format(args)
     from diagnose.kb import load_kb
 
     kb = load_kb(args.kb)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from diagnose.clusterview import render_cluster
-from diagnose.contract import Exit, Parser, UsageError, emit, kb_option
+from diagnose.contract import Exit, Parser, UsageError, chosen_format, emit, format_options, kb_option
 from probes.facts import Facts
 
 _SIZE = re.compile(r"^(\d+)\s*([KMG]?)B?$", re.IGNORECASE)
@@ -28,10 +28,7 @@ def build_parser() -> Parser:
         "srun python -m diagnose cluster). Rank 0 writes one report with a section per node.",
     )
     out = parser.add_argument_group("output (rank 0)")
-    out.add_argument("--json", action="store_true", help="the JSON report (same as --format json)")
-    out.add_argument(
-        "--format", choices=["text", "json", "markdown"], default=None, help="report format (default text)"
-    )
+    format_options(out, "text")
     out.add_argument("--out", metavar="FILE", help="write the report to FILE instead of stdout")
     out.add_argument(
         "--save-facts", metavar="FILE", help="also write the gathered facts snapshot, for `diagnose --from FILE` later"
@@ -82,9 +79,7 @@ def _bytes(text: str) -> int:
 
 def cmd_cluster(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.json and args.format not in (None, "json"):
-        raise UsageError("--json and --format disagree")
-    fmt = "json" if args.json else args.format or "text"
+    fmt = chosen_format(args) or "text"
     from diagnose.kb import load_kb
 
     if args.snapshot:

@@ -13,7 +13,7 @@ import math
 import os
 import sys
 from enum import IntEnum
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class Exit(IntEnum):
@@ -38,6 +38,19 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def format_options(group: Any, default: str) -> None:
+    """``--json`` and ``--format``, as every command that writes a report takes them."""
+    group.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
+    group.add_argument("--format", choices=["text", "json", "markdown"], help=f"output format (default: {default})")
+
+
+def chosen_format(args: argparse.Namespace) -> str | None:
+    """The format ``--json``/``--format`` ask for, or None when neither is given."""
+    if args.json and args.format not in (None, "json"):
+        raise UsageError("--json and --format disagree")
+    return "json" if args.json else args.format
 
 
 def kb_option(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from diagnose.contract import Exit, Parser, UsageError, kb_option
+from diagnose.contract import Exit, Parser, UsageError, chosen_format, format_options, kb_option
 from diagnose.run.facts import run_facts
 from diagnose.run.jobenv import job_env
 from diagnose.run.summary import summary_lines
@@ -52,12 +52,7 @@ def build_run_parser() -> Parser:
     parser.add_argument(
         "--no-debug-env", action="store_true", help="do not turn on the Flight Recorder and TORCH_NCCL_DESYNC_DEBUG"
     )
-    parser.add_argument("--json", action="store_true", help="print the JSON report (same as --format json)")
-    parser.add_argument(
-        "--format",
-        choices=["text", "json", "markdown"],
-        help="output format (default: the interactive view at a terminal, else text)",
-    )
+    format_options(parser, "the interactive view at a terminal, else text")
     kb_option(parser)
     return parser
 
@@ -93,9 +88,7 @@ def live_facts():
 def cmd_run(argv: Sequence[str]) -> int:
     options, command = split_command(argv)
     args = build_run_parser().parse_args(options)
-    if args.json and args.format not in (None, "json"):
-        raise UsageError("--json and --format disagree")
-    requested = "json" if args.json else args.format
+    requested = chosen_format(args)
     fmt = requested or "text"
     _seconds("--hang-after", args.hang_after, zero=False)
     _seconds("--grace", args.grace, zero=True)
