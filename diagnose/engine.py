@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from jinja2 import meta
+from jinja2 import meta, nodes
 from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel
 
 from diagnose import __version__
 from diagnose.kb import KB
@@ -357,39 +358,115 @@ def render_fixes(rule: Rule, context: dict[str, Any]) -> list[RenderedFix]:
     return fixes
 
 
-# what a template may read besides the whole facts: small values, so a render is reused by them
+# what a template may read besides the facts: small values, so a render is reused by them
 _SMALL_INPUTS = ("nproc", "packages", "env")
 
 
 @functools.lru_cache(maxsize=1024)
-def _template_inputs(snippet: str, environment: Any) -> tuple[str, ...] | None:
-    """The names of the render context a fix's template reads, or None when it reads the facts
-    (or any name beyond the small inputs)."""
-    names = meta.find_undeclared_variables(environment.parse(snippet))
-    return tuple(n for n in _SMALL_INPUTS if n in names) if names <= set(_SMALL_INPUTS) else None
+def _template_inputs(snippet: str, environment: Any) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+    """What a fix's template reads: the small inputs it names and the attribute chains it
+    follows from ``facts`` (``facts.gpus.count`` -> ("gpus", "count")); None when it reads
+    the facts any other way (a loop over ranks, ``facts`` passed whole), so it must render
+    for each snapshot."""
+    tree = environment.parse(snippet)
+    names = meta.find_undeclared_variables(tree)
+    if not names <= {*_SMALL_INPUTS, "facts"}:
+        return None
+    inner = {id(node.node) for node in tree.find_all(nodes.Getattr)}
+    chains = []
+    for node in tree.find_all(nodes.Getattr):
+        if id(node) in inner:
+            continue  # a step of a longer chain
+        chain: list[str] = []
+        while isinstance(node, nodes.Getattr):
+            chain.insert(0, node.attr)
+            node = node.node
+        if isinstance(node, nodes.Name) and node.name == "facts":
+            chains.append(tuple(chain))
+    uses = sum(1 for n in tree.find_all(nodes.Name) if n.name == "facts")
+    if uses != len(chains) or any(part.startswith("_") for chain in chains for part in chain):
+        return None
+    return tuple(n for n in _SMALL_INPUTS if n in names), tuple(dict.fromkeys(chains))
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _frozen(value: Any) -> Any:
+    """A value read as part of a cache key: plain values, lists of them as tuples; anything
+    else (a model, a method) is no key (TypeError) and the template renders in the sandbox."""
+    if isinstance(value, list) and all(isinstance(v, _PLAIN) for v in value):
+        return tuple(value)
+    if isinstance(value, _PLAIN):
+        return value
+    raise TypeError(f"{type(value).__name__} is not a plain value")
 
 
 def _reused_render(fix: Any, context: dict[str, Any]) -> str | None:
-    """The fix rendered, reused across snapshots when its template reads only small inputs (the
-    number of processes, the packages, the environment: the same values render the same), or
-    None when it reads the facts and must be rendered for these."""
+    """The fix rendered, reused across snapshots when its template reads only small inputs and
+    plain values at the end of ``facts.`` chains (the same values render the same), or None
+    when it must be rendered for these facts."""
     try:
-        inputs = _template_inputs(fix.snippet, fix.template.environment)
+        found = _template_inputs(fix.snippet, fix.template.environment)
     except Exception:  # noqa: BLE001 - a template that does not parse renders (and says why) below
         return None
-    if inputs is None:
+    if found is None:
         return None
+    inputs, chains = found
     try:
-        key = tuple(context[n] if n == "nproc" else tuple(context[n].items()) for n in inputs)
-        return _rendered(fix.snippet, fix.template, inputs, key)
+        small = tuple(context[n] if n == "nproc" else tuple(context[n].items()) for n in inputs)
+        read = tuple(_frozen(_follow(context["facts"], chain)) for chain in chains)
+        return _rendered(fix.snippet, fix.template, inputs, small, chains, read)
     except TypeError:  # a value that cannot be a key: render it for these facts
         return None
 
 
+def _follow(node: Any, chain: tuple[str, ...]) -> Any:
+    """The value at the end of a chain, through model fields and properties only (what the
+    sandbox would let the template read); TypeError for any other step."""
+    for part in chain:
+        if node is None:
+            return None  # the template's own ``facts.cluster and ...`` guards stop here too
+        model = type(node)
+        if not isinstance(node, BaseModel) or not (
+            part in model.model_fields or isinstance(getattr(model, part, None), property)
+        ):
+            raise TypeError(f"{model.__name__}.{part} is not a fact")
+        node = getattr(node, part)
+    return node
+
+
 @functools.lru_cache(maxsize=4096)
-def _rendered(snippet: str, template: Any, inputs: tuple[str, ...], key: tuple[Any, ...]) -> str:
-    values = {n: v if n == "nproc" else dict(v) for n, v in zip(inputs, key, strict=True)}
+def _rendered(
+    snippet: str,
+    template: Any,
+    inputs: tuple[str, ...],
+    small: tuple[Any, ...],
+    chains: tuple[tuple[str, ...], ...],
+    read: tuple[Any, ...],
+) -> str:
+    values: dict[str, Any] = {n: v if n == "nproc" else dict(v) for n, v in zip(inputs, small, strict=True)}
+    if chains:
+        values["facts"] = _Read(chains, read)
     return render_fix(snippet, template, values)
+
+
+class _Read:
+    """Stands for the facts in a reused render: exactly the chains the template follows, with
+    the values read from the snapshot that filled the cache."""
+
+    def __init__(self, chains: tuple[tuple[str, ...], ...], read: tuple[Any, ...]) -> None:
+        self._values = dict(zip(chains, read, strict=True))
+        self._prefix: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        path = (*self._prefix, name)
+        if path in self._values:
+            value = self._values[path]
+            return list(value) if isinstance(value, tuple) else value
+        step = _Read.__new__(_Read)
+        step._values, step._prefix = self._values, path
+        return step
 
 
 def _rank_key(finding: Finding) -> tuple:

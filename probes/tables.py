@@ -30,10 +30,14 @@ class TableError(ValueError):
 
 def version(text: str | None) -> Version | None:
     """A release as packaging reads it, without a local label (``2.5.1+cu124`` -> 2.5.1)."""
-    if not text:
-        return None
+    return _version(str(text)) if text else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _version(text: str) -> Version | None:
+    """Parsed once: the derived facts ask again for the same few releases on every snapshot."""
     try:
-        return Version(str(text).split("+")[0].strip())
+        return Version(text.split("+")[0].strip())
     except InvalidVersion:
         return None
 

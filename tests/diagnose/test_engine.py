@@ -286,6 +286,31 @@ def test_a_fix_reading_only_nproc_renders_for_each_snapshots_value():
     ]
 
 
+def test_a_fix_reading_fact_chains_renders_each_snapshots_values():
+    r = rule(
+        evidence=[{"log": "boom"}],
+        snippet="torch {{ facts.torch.version or '?' }} on {{ (facts.gpus.arch or ['?']) | join(',') }}",
+    )
+    old, new, none = with_log("boom"), with_log("boom"), with_log("boom")
+    old.torch.version, new.torch.version = "1.13.1", "2.5.1"
+    new.gpus = gpus("NVIDIA H100 80GB HBM3")
+    fixes = [evaluate(f, kb(r)).findings[0].fixes[0].snippet for f in (old, new, none, old)]
+    assert fixes == ["torch 1.13.1 on ?", "torch 2.5.1 on hopper", "torch ? on ?", "torch 1.13.1 on ?"]
+
+
+@pytest.mark.parametrize(
+    "snippet", ["{{ facts.log.lines.clear() }}", "{{ facts.env.values.clear() }}", "{{ facts.gpus.model_dump() }}"]
+)
+def test_a_fix_calling_a_method_of_the_facts_stays_in_the_sandbox(snippet):
+    r = rule(evidence=[{"log": "boom"}], snippet=snippet)
+    facts = with_log("boom")
+    facts.env.values["RANK"] = "0"
+    for _ in range(2):  # the second render is where a reused one would come from
+        fixed = evaluate(facts, kb(r)).findings[0].fixes[0].snippet
+        assert "could not fill in" in fixed
+    assert facts.log.lines and facts.env.values == {"RANK": "0"}
+
+
 def test_signature_evidence_shows_its_occurrences_in_log_order():
     from probes.facts import Signature
 
