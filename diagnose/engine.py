@@ -135,7 +135,8 @@ class _Result:
     lines: list[str] = field(default_factory=list)
 
 
-# the commonest results, shared (a result is never changed once made)
+# the commonest results, shared (a result is never changed once made); their evidence items are
+# made once per check (_Plan.items)
 _UNKNOWN = _Result(UNKNOWN)
 _NO_LOG_MATCH = _Result(NOT_FIRED, 0)  # no line and no signature of the log
 
@@ -204,11 +205,11 @@ def _fact_result(check: FactCheck, ctx: _Context) -> _Result:
     known, value = ctx.fact(check.fact)
     if check.op == "exists":
         if not known:
-            return _Result(UNKNOWN)
+            return _UNKNOWN
         present = value is not None and value != []
         return _Result(FIRED if present == check.exists else NOT_FIRED, value)
     if not known or value is None:
-        return _Result(UNKNOWN)
+        return _UNKNOWN
     if isinstance(value, list) and check.op != "contains":
         if not value:
             return _Result(NOT_FIRED, value)
@@ -238,7 +239,7 @@ def _log_result(check: LogCheck, ctx: _Context) -> _Result:
         check.whole_text is not None
         and check.whole_text.search(ctx.log_bytes if check.on_re2 else ctx.log_text) is None
     ):
-        return _Result(NOT_FIRED, 0)
+        return _NO_LOG_MATCH
     if check.literals is not None:
         # every match lies within one line and holds one of the literals: test only those lines
         candidates = [lines[i] for i in ctx.lines_containing(check.literals)]
@@ -246,7 +247,7 @@ def _log_result(check: LogCheck, ctx: _Context) -> _Result:
         candidates = lines
     hits = [line for line in candidates if check.regex.search(line.text)]
     if not hits:
-        return _Result(NOT_FIRED, 0)
+        return _NO_LOG_MATCH
     return _Result(FIRED, len(hits), [_excerpt(h.no, h.rank, h.text) for h in hits[:EXCERPTS]])
 
 
@@ -268,17 +269,17 @@ def _signature(check: SignatureCheck, ctx: _Context) -> _Result:
 def _microtest(check: MicrotestCheck, ctx: _Context) -> _Result:
     test = getattr(ctx.facts.microtests, check.microtest)
     if test is None:
-        return _Result(UNKNOWN)
+        return _UNKNOWN
     status = test.status if check.variant is None else test.variants.get(check.variant)
     if status is None or (status == "skipped" and "skipped" not in check.status):
-        return _Result(UNKNOWN)  # a test that did not run is no evidence either way
+        return _UNKNOWN  # a test that did not run is no evidence either way
     return _Result(FIRED if status in check.status else NOT_FIRED, status)
 
 
 def _hang(check: HangCheck, ctx: _Context) -> _Result:
     ranks = ctx.facts.hang.ranks
     if not ranks:
-        return _Result(UNKNOWN)
+        return _UNKNOWN
     places = [r.waiting_in or "unknown" for r in ranks]
     hits = [bool(check.regex.search(p)) for p in places]
     held = {"any": any(hits), "all": all(hits), "some": any(hits) and not all(hits)}[check.ranks]
@@ -317,7 +318,20 @@ def _evaluate(check: Any, ctx: _Context) -> _Result:
     return _EVALUATORS[type(check)](check, ctx)
 
 
-def _item(check: Any, result: _Result) -> EvidenceItem:
+_SHARED_RESULTS = frozenset({id(_UNKNOWN), id(_NO_LOG_MATCH)})
+
+
+def _item(plan: _Plan, check: Any, result: _Result) -> EvidenceItem:
+    if id(result) in _SHARED_RESULTS:
+        key = (id(check), id(result))
+        item = plan.items.get(key)
+        if item is None:
+            item = plan.items[key] = _new_item(check, result)
+        return item
+    return _new_item(check, result)
+
+
+def _new_item(check: Any, result: _Result) -> EvidenceItem:
     kind, what, expected = check.display
     return EvidenceItem(
         kind=kind,
@@ -331,8 +345,8 @@ def _item(check: Any, result: _Result) -> EvidenceItem:
     )
 
 
-def _needs(checks: Any) -> list[str]:
-    return list(dict.fromkeys(c.need for c in checks))
+def _needs(checks: Any) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.need for c in checks))
 
 
 def _confidence(score: float, gate_unknown: bool) -> str:
@@ -490,6 +504,10 @@ class _Plan:
     # longer reach min_score, a rule explaining no observed symptom cannot become a finding
     reachable: tuple[float, ...]
     explains: dict[str, bool] = field(default_factory=dict)  # observed symptom -> explained
+    # report entries that depend on the rule alone (immutable models, shared between reports):
+    # (reason, missing) -> outcome; (check, shared result) -> evidence item
+    outcomes: dict[tuple[str, tuple[str, ...]], RuleOutcome] = field(default_factory=dict)
+    items: dict[tuple[int, int], EvidenceItem] = field(default_factory=dict)
 
 
 def _step(check: Any) -> tuple[Any, Any, Any]:
@@ -564,7 +582,7 @@ def _judge(plan: _Plan, ctx: _Context, observed: dict[str, list[str]]) -> tuple[
         result = _result(check, evaluator, key, ctx)
         if result.state == NOT_FIRED:
             kind, what, expected = check.display
-            return "ruled_out", _outcome(rule, f"{what} is not {expected}")
+            return "ruled_out", _outcome(plan, f"{what} is not {expected}")
         gate.append((check, result))
         if result.state == UNKNOWN:
             gate_unknown.append(check)
@@ -610,9 +628,9 @@ def _judge(plan: _Plan, ctx: _Context, observed: dict[str, list[str]]) -> tuple[
                 explains=explained,
                 check=rule.check,
                 explain=rule.explain.strip(),
-                evidence=[_item(c, r) for c, r in results],
-                gate=[_item(c, r) for c, r in gate],
-                missing=_needs(gate_unknown + unknown),
+                evidence=[_item(plan, c, r) for c, r in results],
+                gate=[_item(plan, c, r) for c, r in gate],
+                missing=list(_needs(gate_unknown + unknown)),
                 fixes=render_fixes(rule, ctx.render),
                 references=list(rule.references),
             )
@@ -622,10 +640,10 @@ def _judge(plan: _Plan, ctx: _Context, observed: dict[str, list[str]]) -> tuple[
         # a candidate's report entry is built only if it ranks among those shown
         return "candidates", ((-total, SEVERITY_ORDER[rule.severity], rule.id), rule, finding)
     if not unknown:
-        return "ruled_out", _outcome(rule, "none of its evidence was seen")
+        return "ruled_out", _outcome(plan, "none of its evidence was seen")
     if rule.when and not gate_unknown:
-        return "possible", _outcome(rule, "its conditions hold; its evidence could not be checked", _needs(unknown))
-    return "not_checked", _outcome(rule, "the facts it needs are unknown", _needs(gate_unknown + unknown))
+        return "possible", _outcome(plan, "its conditions hold; its evidence could not be checked", _needs(unknown))
+    return "not_checked", _outcome(plan, "the facts it needs are unknown", _needs(gate_unknown + unknown))
 
 
 def _guarded(rule: Rule, kb: KB, judge: Any) -> tuple[str, Any]:
@@ -636,7 +654,7 @@ def _guarded(rule: Rule, kb: KB, judge: Any) -> tuple[str, Any]:
     except Exception as exc:  # noqa: BLE001 - the boundary itself
         where = kb.files.get(rule.id, "(no file)")
         why = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return "not_checked", _outcome(rule, f"{RULE_ERROR}: {where}: {why}")
+        return "not_checked", _outcome(_plan(rule), f"{RULE_ERROR}: {where}: {why}")
 
 
 def evaluate(facts: Facts, kb: KB) -> Report:
@@ -662,7 +680,7 @@ def evaluate(facts: Facts, kb: KB) -> Report:
         bucket, entry = _guarded(rule, kb, lambda finding=finding: ("findings", finding()))
         buckets[bucket].append(entry)
     for _, rule, _ in candidates[MAX_CANDIDATES:]:
-        possible.append(_outcome(rule, "a less common cause of the observed symptoms"))
+        possible.append(_outcome(_plan(rule), "a less common cause of the observed symptoms"))
     symptoms = shipped_catalog().symptoms
     seen = [
         SymptomSeen(id=s, title=symptoms[s].title, check=symptoms[s].check.strip(), shown_by=sources)
@@ -690,5 +708,14 @@ def evaluate(facts: Facts, kb: KB) -> Report:
     )
 
 
-def _outcome(rule: Rule, reason: str, missing: list[str] | None = None) -> RuleOutcome:
-    return RuleOutcome(id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing or [])
+def _outcome(plan: _Plan, reason: str, missing: tuple[str, ...] = ()) -> RuleOutcome:
+    """The rule's entry among those not found; the same reason gives the same (immutable) entry."""
+    outcome = plan.outcomes.get((reason, missing))
+    if outcome is None:
+        if len(plan.outcomes) >= 64:  # reasons naming values (a rule error) must not pile up
+            plan.outcomes.clear()
+        rule = plan.rule
+        outcome = plan.outcomes[reason, missing] = RuleOutcome(
+            id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing
+        )
+    return outcome

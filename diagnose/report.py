@@ -20,7 +20,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EvidenceItem(_Model):
+class _Shared(_Model):
+    """An entry the engine may hand to several reports (the same rule, the same reason):
+    immutable, so changing one report can never change another."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EvidenceItem(_Shared):
     kind: Literal["fact", "log", "signature", "microtest", "hang", "any"]
     what: str  # the fact path, pattern, signature id, micro-test or hang pattern
     expected: str
@@ -28,7 +35,7 @@ class EvidenceItem(_Model):
     state: CheckState
     weight: float
     label: str | None = None
-    lines: list[str] = Field(default_factory=list)  # log excerpts that fired
+    lines: tuple[str, ...] = Field(default_factory=tuple)  # log excerpts that fired
 
 
 class RenderedFix(_Model):
@@ -66,14 +73,14 @@ class Finding(_Model):
     references: list[str]
 
 
-class RuleOutcome(_Model):
+class RuleOutcome(_Shared):
     """A rule that is not a finding: why it was ruled out, or what it could not check."""
 
     id: str
     title: str
     severity: Literal["error", "warning", "info"]
     reason: str
-    missing: list[str] = Field(default_factory=list)
+    missing: tuple[str, ...] = Field(default_factory=tuple)
 
 
 class Summary(_Model):

@@ -278,7 +278,8 @@ class TorchBuild(Section):
         from probes.tables import shipped
 
         gpus = self._owner.facts.gpus if self._owner.facts is not None else None
-        issues = shipped().nccl_issues(self._nccl(), gpus.arch if gpus is not None else None)
+        archs = gpus.arch if gpus is not None else None
+        issues = shipped().nccl_issues(self._nccl(), tuple(archs) if archs else None)
         if not issues:
             return None
         i = issues[0]

@@ -196,6 +196,24 @@ _FILES: dict[str, type[_File]] = {
 }  # fmt: skip
 
 
+def _remembered(method: Any) -> Any:
+    """A look-up answered once per distinct arguments: the tables never change, and the derived
+    facts ask the same few questions (a torch release, a GPU name) for every rule and snapshot.
+    Answers are immutable (rows, tuples, versions), so sharing them is safe."""
+
+    @functools.wraps(method)
+    def remembered(self: Tables, *args: Any, **kwargs: Any) -> Any:
+        key = (method.__name__, args, tuple(sorted(kwargs.items())))
+        memo = self._memo
+        if key not in memo:
+            if len(memo) >= 8192:  # a long-lived process reads many logs; one diagnosis fits
+                memo.clear()
+            memo[key] = method(self, *args, **kwargs)
+        return memo[key]
+
+    return remembered
+
+
 class Tables:
     """The loaded tables, with the look-ups the derived facts use."""
 
@@ -206,37 +224,33 @@ class Tables:
         self.nccl: NcclFile = files["nccl"]
         self.packages: PackagesFile = files["packages"]
         self._capabilities = {Version(c.capability): c for c in self.gpus.capabilities}
-        # the engine asks for the same names and lines once per rule; the tables never change
-        self._by_name: dict[str, GpuModel | None] = {}
-        self._in_text: dict[str, tuple[str, ...]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
 
     @property
     def sources(self) -> dict[str, list[str]]:
         return {name: getattr(self, name).sources for name in _FILES}
 
+    @_remembered
     def gpu_model(self, name: str | None) -> GpuModel | None:
         """The row whose name appears in ``name``; the longest such name wins."""
         if not name:
             return None
-        if name not in self._by_name:
-            _bounded(self._by_name)
-            found = [m for m in self.gpus.models if m.pattern.search(name)]
-            self._by_name[name] = max(found, key=lambda m: len(m.name)) if found else None
-        return self._by_name[name]
+        found = [m for m in self.gpus.models if m.pattern.search(name)]
+        return max(found, key=lambda m: len(m.name)) if found else None
 
+    @_remembered
     def models_in(self, text: str) -> tuple[str, ...]:
         """The models a line of text names, each mention read as the longest row it matches
         ("RTX 5070 Ti" is not also an "RTX 5070")."""
-        if text not in self._in_text:
-            _bounded(self._in_text)
-            found = [m.name for m in self.gpus.models if m.pattern.search(text)]
-            self._in_text[text] = tuple(n for n in found if not any(n != o and n in o for o in found))
-        return self._in_text[text]
+        found = [m.name for m in self.gpus.models if m.pattern.search(text)]
+        return tuple(n for n in found if not any(n != o and n in o for o in found))
 
+    @_remembered
     def capability(self, capability: str | None) -> Capability | None:
         v = version(capability)
         return None if v is None else self._capabilities.get(v)
 
+    @_remembered
     def min_driver(self, cuda: str | None, windows: bool) -> tuple[str, str] | None:
         """(driver the toolkit lists, driver minor version compatibility allows) for a runtime."""
         wanted = release(cuda)
@@ -252,22 +266,26 @@ class Tables:
         pick = (lambda r: r.windows) if windows else (lambda r: r.linux)
         return pick(own), pick(floor)
 
+    @_remembered
     def torch_release(self, torch_version: str | None) -> TorchRelease | None:
         wanted = release(torch_version)
         return next((r for r in self.torch.releases if release(r.torch) == wanted), None) if wanted else None
 
-    def torch_missing(self, torch_version: str | None) -> list[TorchFeature] | None:
+    @_remembered
+    def torch_missing(self, torch_version: str | None) -> tuple[TorchFeature, ...] | None:
         """The features of the torch table that ``torch_version`` predates."""
         v = version(torch_version)
-        return None if v is None else [f for f in self.torch.features if v < Version(f.since)]
+        return None if v is None else tuple(f for f in self.torch.features if v < Version(f.since))
 
-    def nccl_issues(self, nccl: str | None, archs: list[str] | None = None) -> list[NcclIssue]:
+    @_remembered
+    def nccl_issues(self, nccl: str | None, archs: tuple[str, ...] | None = None) -> tuple[NcclIssue, ...]:
         """The known defects of an NCCL release; with the job's architectures known, only
         those that occur on them."""
         v = version(nccl)
         found = [i for i in self.nccl.known_issues if v in SpecifierSet(i.versions)] if v else []
-        return [i for i in found if not (archs and i.archs) or set(archs) & set(i.archs)]
+        return tuple(i for i in found if not (archs and i.archs) or set(archs) & set(i.archs))
 
+    @_remembered
     def torch_requirement(self, package: str, installed: str | None) -> SpecifierSet | None:
         """What ``package`` at version ``installed`` needs of torch (None: no row covers it)."""
         v = version(installed)
@@ -275,12 +293,6 @@ class Tables:
         rows = self.packages.requirements.get("lightning" if package == "pytorch-lightning" else package, [])
         covering = [r for r in rows if v is not None and Version(r.since) <= v]
         return SpecifierSet(max(covering, key=lambda r: Version(r.since)).torch) if covering else None
-
-
-def _bounded(cache: dict[str, Any], size: int = 4096) -> None:
-    # a long-lived process reads many logs; the cache only has to cover one diagnosis
-    if len(cache) >= size:
-        cache.clear()
 
 
 def _place(loc: tuple[Any, ...]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from diagnose.engine import evaluate
 from diagnose.kb import KB, load_kb
@@ -50,7 +51,7 @@ def with_log(*lines: str) -> Facts:
 def test_unknown_fact_is_not_checked_not_ruled_out():
     report = evaluate(Facts(), kb(rule(evidence=[{"fact": "gpus.count", "ge": 2}])))
     assert not report.findings and not report.ruled_out
-    assert report.not_checked[0].missing == ["gpus.count"]
+    assert report.not_checked[0].missing == ("gpus.count",)
 
 
 def test_gate_false_rules_out_with_reason():
@@ -144,7 +145,7 @@ def test_evidence_items_carry_observed_and_log_lines():
         "fired",
         "several GPUs",
     )
-    assert log.lines == ["line 2: NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000"]
+    assert log.lines == ("line 2: NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000",)
 
 
 def test_fix_is_rendered_with_facts_in_a_sandbox():
@@ -159,6 +160,19 @@ def test_sandbox_refuses_unsafe_attributes():
     r = rule(evidence=[{"fact": "gpus.count", "ge": 1}], snippet="{{ facts.__class__.__init__.__globals__ }}")
     snippet = evaluate(Facts(gpus=gpus("A")), kb(r)).findings[0].fixes[0].snippet
     assert "could not fill in" in snippet and "__builtins__" not in snippet
+
+
+def test_entries_shared_between_reports_cannot_be_changed():
+    r = rule(evidence=[{"log": "boom"}, {"log": "bang"}])
+    one, two = evaluate(with_log("boom"), kb(r)), evaluate(with_log("boom"), kb(r))
+    shared = one.findings[0].evidence[1]
+    assert shared is two.findings[0].evidence[1]  # "bang" not seen: the same entry
+    with pytest.raises(ValidationError):
+        shared.state = "fired"
+    gone = evaluate(with_log("quiet"), kb(r)).ruled_out[0]
+    with pytest.raises(ValidationError):
+        gone.reason = "changed"
+    assert evaluate(with_log("quiet"), kb(r)).ruled_out[0].reason == "none of its evidence was seen"
 
 
 def test_evaluation_is_deterministic_and_pure():
@@ -196,13 +210,13 @@ def test_literal_line_index_survives_unicode_lowering():
     facts = with_log("İİİİ İstanbul node", "ok", "NCCL WARN Cuda failure", "NCCL WARN again")
     finding = evaluate(facts, kb(r)).findings[0]
     assert finding.evidence[0].observed == 2
-    assert finding.evidence[0].lines == ["line 3: NCCL WARN Cuda failure", "line 4: NCCL WARN again"]
+    assert finding.evidence[0].lines == ("line 3: NCCL WARN Cuda failure", "line 4: NCCL WARN again")
 
 
 def test_a_skipped_micro_test_is_not_evidence():
     r = rule(evidence=[{"microtest": "placement", "status": "failed"}])
     report = evaluate(Facts(microtests=MicroTests(placement=MicroTest(status="skipped", reason="no GPU"))), kb(r))
-    assert report.not_checked[0].missing == ["microtests.placement"]
+    assert report.not_checked[0].missing == ("microtests.placement",)
 
 
 RAISES = """\
@@ -268,7 +282,7 @@ def test_a_rule_that_can_no_longer_reach_its_threshold_still_says_what_was_unkno
     )
     report = evaluate(with_log("an ordinary line"), kb(r))
     assert not report.findings
-    assert [o.missing for o in report.not_checked + report.possible] == [["gpus.count"]]
+    assert [o.missing for o in report.not_checked + report.possible] == [("gpus.count",)]
     facts = with_log("an ordinary line")
     facts.gpus = gpus("A", "B")
     assert evaluate(facts, kb(r)).ruled_out[0].reason == "none of its evidence was seen"
@@ -321,9 +335,9 @@ def test_signature_evidence_shows_its_occurrences_in_log_order():
         facts, kb(rule(evidence=[{"signature": "cuda_oom"}]), rule("t.other", evidence=[{"signature": "cuda_error"}]))
     )
     assert report.findings[0].evidence[0].observed == 4
-    assert report.findings[0].evidence[0].lines == [
+    assert report.findings[0].evidence[0].lines == (
         "line 1: cuda_oom at 1",
         "line 3: cuda_oom at 3",
         "line 4: cuda_oom at 4",
-    ]
+    )
     assert report.ruled_out[0].id == "t.other"
