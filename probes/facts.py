@@ -77,10 +77,12 @@ class _Owner:
     """The Facts a section belongs to, for derived facts that weigh two sections. It takes no
     part in equality (two equal snapshots have different owners), and a copy shares it."""
 
-    __slots__ = ("facts",)
+    __slots__ = ("facts", "memo")
 
     def __init__(self) -> None:
         self.facts: Any = None
+        # derived values several facts share, with the inputs they were computed from
+        self.memo: dict[str, Any] = {}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Owner)
@@ -344,6 +346,14 @@ _CONSUMER_GPU = re.compile(r"GeForce|TITAN", re.IGNORECASE)
 _GPU_WORDS = ("gpu", "nvidia", "geforce", "tesla", "rtx", "gtx", "cuda", "card", "显卡")
 
 
+def _models_in_lines(lines: list[Any]) -> tuple[tuple[str, None], ...]:
+    from probes.tables import shipped
+
+    about_gpus = [line.text for line in lines if any(w in line.text.lower() for w in _GPU_WORDS)]
+    names = [name for text in about_gpus for name in shipped().models_in(text)]
+    return tuple((n, None) for n in dict.fromkeys(names))
+
+
 class Gpus(Section):
     count: int | None = None
     devices: list[Gpu] | None = None
@@ -377,26 +387,25 @@ class Gpus(Section):
 
     _owner: _Owner = PrivateAttr(default_factory=_Owner)
 
-    def _named(self) -> list[tuple[str | None, str | None]]:
+    def _named(self) -> tuple[tuple[str | None, str | None], ...]:
         """(name, compute capability) of each GPU probed; without a probe, each model of
         kb/tables/gpus.yaml that a retained log line about GPUs names."""
         if self.devices:
-            return [(d.name, d.compute_capability) for d in self.devices]
-        from probes.tables import shipped
-
+            return tuple((d.name, d.compute_capability) for d in self.devices)
         lines = self._owner.facts.log.lines if self._owner.facts is not None else None
-        about_gpus = [line.text for line in lines or [] if any(w in line.text.lower() for w in _GPU_WORDS)]
-        names = [name for text in about_gpus for name in shipped().models_in(text)]
-        return [(n, None) for n in dict.fromkeys(names)]
+        if not lines:
+            return ()
+        # several derived facts ask; the lines are kept with the answer, so a log replaced or
+        # grown since is read again
+        memo = self._owner.memo.get("models_in_log")
+        if memo is None or memo[0] is not lines or memo[1] != len(lines):
+            memo = self._owner.memo["models_in_log"] = (lines, len(lines), _models_in_lines(lines))
+        return memo[2]
 
-    def _table_rows(self) -> list[tuple[Any, Any]]:
+    def _table_rows(self) -> tuple[tuple[Any, Any], ...]:
         from probes.tables import shipped
 
-        tables, rows = shipped(), []
-        for name, capability in self._named():
-            model = tables.gpu_model(name)
-            rows.append((model, tables.capability(capability or (model.capability if model else None))))
-        return rows
+        return shipped().gpu_rows(self._named())
 
     def table_capabilities(self) -> list[Any]:
         """The kb/tables/gpus.yaml capability row of each GPU whose capability is known."""

@@ -246,6 +246,15 @@ class Tables:
         return tuple(n for n in found if not any(n != o and n in o for o in found))
 
     @_remembered
+    def gpu_rows(self, named: tuple[tuple[str | None, str | None], ...]) -> tuple[tuple[Any, Any], ...]:
+        """The (model row, capability row) of each (name, compute capability) of some GPUs."""
+        rows = []
+        for name, capability in named:
+            model = self.gpu_model(name)
+            rows.append((model, self.capability(capability or (model.capability if model else None))))
+        return tuple(rows)
+
+    @_remembered
     def capability(self, capability: str | None) -> Capability | None:
         v = version(capability)
         return None if v is None else self._capabilities.get(v)
