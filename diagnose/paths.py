@@ -113,10 +113,15 @@ _MISSING = object()
 def lookup(facts: Facts, path: str) -> tuple[bool, Any]:
     """(known, value) for a checked path. Unknown when any step is None or not collected."""
     node: Any = facts
-    parts = path.split(".")
+    parts = _parts(path)
     for i, part in enumerate(parts):
-        if isinstance(node, KeyedSection):
-            return node.lookup(part)
+        if isinstance(node, BaseModel):  # the common step first: a section, a field
+            if isinstance(node, KeyedSection):
+                return node.lookup(part)
+            node = getattr(node, part)
+            if node is None:
+                return False, None
+            continue
         if isinstance(node, list):
             values = []
             for item in node:
@@ -136,7 +141,12 @@ def lookup(facts: Facts, path: str) -> tuple[bool, Any]:
     return True, node
 
 
-def lookup_in(node: Any, parts: list[str]) -> tuple[bool, Any]:
+@functools.lru_cache(maxsize=4096)
+def _parts(path: str) -> tuple[str, ...]:
+    return tuple(path.split("."))
+
+
+def lookup_in(node: Any, parts: tuple[str, ...] | list[str]) -> tuple[bool, Any]:
     for part in parts:
         node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
         if node is None:
