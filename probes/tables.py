@@ -277,8 +277,14 @@ class Tables:
 
     @_remembered
     def torch_release(self, torch_version: str | None) -> TorchRelease | None:
+        """The table's row for a torch release; None for a nightly (``2.8.0.dev20250402``) or a
+        source or container build (``2.1.0a0+32f93b1``): those pin their own CUDA and NCCL, not
+        the release's."""
+        v = version(torch_version)
+        if v is None or v.is_devrelease or (v.pre is not None and v.pre[0] == "a"):
+            return None
         wanted = release(torch_version)
-        return next((r for r in self.torch.releases if release(r.torch) == wanted), None) if wanted else None
+        return next((r for r in self.torch.releases if release(r.torch) == wanted), None)
 
     @_remembered
     def torch_missing(self, torch_version: str | None) -> tuple[TorchFeature, ...] | None:

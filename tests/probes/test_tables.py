@@ -256,3 +256,10 @@ def test_kb_paths_lists_the_derived_facts_built_on_the_tables():
     derived = {"gpus.arch", "torch.supports_gpu_arch", "driver.supports_torch_cuda"}
     derived |= {f"packages.{name}" for name in ("lightning_supports_torch", "torch_requirements_unmet")}
     assert derived <= listed, sorted(derived - listed)
+
+
+@pytest.mark.parametrize("build", ["2.8.0.dev20250402+cu128", "2.1.0a0+32f93b1"])
+def test_a_nightly_or_container_build_has_no_bundled_nccl_from_the_release_table(build):
+    """A nightly or an NGC/source build pins its own NCCL: the release's row says nothing of it."""
+    assert TorchBuild(version="2.5.1+cu124").bundled_nccl is not None
+    assert TorchBuild(version=build).bundled_nccl is None
