@@ -263,12 +263,27 @@ class TorchBuild(Section):
                 return False
         return True
 
+    def _nccl_cuda(self) -> str | None:
+        """The CUDA the NCCL in use was built for, where the log says ("2.26.2+cuda12.2")."""
+        signatures = self._owner.facts.log.signatures if self._owner.facts is not None else None
+        for sig in signatures or []:
+            if sig.id in ("nccl_version", "nccl_release_mentioned"):
+                built = (sig.data.get("version") or "").partition("+cuda")[2] or sig.data.get("cuda")
+                if built:
+                    return built
+        return None
+
     @property
     def nccl_supports_gpu_arch(self) -> bool | None:
-        """Whether the NCCL this build uses is recent enough for every GPU of the job."""
-        from probes.tables import version
+        """Whether the NCCL this build uses is recent enough for every GPU of the job: a release
+        that knows them, built for a CUDA that has their kernels (an NCCL built for CUDA 12.2
+        has none for Blackwell, whatever its release)."""
+        from probes.tables import release, version
 
         caps, nccl = self._capabilities(), version(self._nccl())
+        built = release(self._nccl_cuda())
+        if built is not None and caps and any(built < release(c.min_cuda) for c in caps):
+            return False
         needs = [version(c.min_nccl) for c in caps if c.min_nccl]
         if nccl is None or not caps:
             return None
