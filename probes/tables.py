@@ -82,10 +82,14 @@ class GpuModel(_Row):
     def pattern(self) -> re.Pattern[str]:
         # a whole word or phrase, so "L4" is not found inside "L40" nor "A10" inside "A100"; people
         # write GeForce cards by number alone ("4x 4090"), so the brand words are optional there
+        # and the Ampere workstation cards by their letter and number ("4x A6000" for RTX A6000)
         brand = re.match(r"GeForce (?:(RTX|GTX) )?", self.name)
+        workstation = re.match(r"RTX (?=A\d{4}\b)", self.name)
         body = re.escape(self.name[brand.end() :] if brand else self.name)
         if brand:
             body = "(?:GeForce )?" + (f"(?:{brand.group(1)} )?" if brand.group(1) else "") + body
+        elif workstation:
+            body = "(?:RTX )?" + re.escape(self.name[workstation.end() :])
         return re.compile(r"(?<![A-Za-z0-9])" + body + r"(?![A-Za-z0-9])", re.IGNORECASE)
 
 

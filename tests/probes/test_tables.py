@@ -263,3 +263,11 @@ def test_a_nightly_or_container_build_has_no_bundled_nccl_from_the_release_table
     """A nightly or an NGC/source build pins its own NCCL: the release's row says nothing of it."""
     assert TorchBuild(version="2.5.1+cu124").bundled_nccl is not None
     assert TorchBuild(version=build).bundled_nccl is None
+
+
+def test_ampere_workstation_cards_are_found_without_their_rtx_prefix():
+    """Users write "4x A6000" for the RTX A6000; "A100" stays the datacenter card."""
+    found = tables.shipped().models_in
+    assert found("four Nvidia A6000 GPUs") == ("RTX A6000",)
+    assert found("NVIDIA RTX A6000") == ("RTX A6000",)
+    assert found("NVIDIA A100-SXM4-80GB") == ("A100",)
