@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # Facts derives its symptoms from here: a type only, no impor
 # where a hung rank waits (probes.hang's waiting_in) -> the symptom: before training starts,
 # or in a collective
 _INIT_WAITS = {"rendezvous", "init_process_group", "load", "verify_params"}
+# signatures of a failure (an exception, a launcher's report of a dead rank): a log holding one did
+# not simply stop
+_FAILURES = {"python_exception", "process_exit", "child_failed", "sigkill_exit"}
 _HANG_TIMEOUT_TESTS = {"rendezvous": "hang.init", "barrier": "hang.collective", "all_reduce": "hang.collective"}
 
 
@@ -47,7 +50,26 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         test = getattr(facts.microtests, name)
         if test is not None and test.status == "timed_out":
             add(symptom, f"micro-test {name} timed out")
+    if not seen and _stops_after_startup(facts):
+        add("hang.collective", "log ends after start-up, with no error")
     return _most_specific(seen)
+
+
+# a pasted log that ends within this many lines of start-up's last milestone ends there
+_TAIL = 8
+
+
+def _stops_after_startup(facts: Facts) -> bool:
+    """A log whose last event is start-up completing (every rank joined, NCCL init done), with
+    no error anywhere: the job stopped before its first step, the state of a hang at the first
+    collective that a user pastes without saying it hangs."""
+    signatures, lines = facts.log.signatures, facts.log.lines
+    if not signatures or not lines:
+        return False
+    if any(s.id in _FAILURES for s in signatures):
+        return False
+    done = [s.line for s in signatures if s.id == "startup_done"]
+    return bool(done) and lines[-1].no - max(done) <= _TAIL
 
 
 def _most_specific(seen: dict[str, list[str]]) -> dict[str, list[str]]:

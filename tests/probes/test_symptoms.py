@@ -26,3 +26,23 @@ def test_a_vague_symptom_alone_stays():
 def test_two_refinements_of_one_symptom_both_stay():
     seen = _observed("training is stuck at init\nthe other ranks wait in all_reduce: NCCL all_reduce timed out\n")
     assert "hang.init" in seen and "timeout.collective" in seen and "hang" not in seen
+
+
+_STARTED = (
+    "2022-02-10 10:40:23 | INFO | fairseq.distributed_utils | distributed init (rank 0): tcp://localhost:17995\n"
+    "2022-02-10 10:40:24 | INFO | torch.distributed.distributed_c10d | Rank 0: Completed store-based barrier "
+    "for key:store_based_barrier_key:1 with 2 nodes.\n"
+)
+
+
+def test_a_log_that_ends_after_start_up_without_an_error_has_stopped_at_the_first_collective():
+    assert _observed(_STARTED) == {"hang.collective": ["log ends after start-up, with no error"]}
+    assert _observed("initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2\n") == {
+        "hang.collective": ["log ends after start-up, with no error"]
+    }
+
+
+def test_start_up_followed_by_an_error_or_by_training_is_no_stop():
+    assert "hang.collective" not in _observed(_STARTED + "RuntimeError: CUDA error: out of memory\n")
+    steps = "".join(f"Epoch 0: {i}%|##| {i}/100 [00:{i:02d}<00:10, loss=0.5]\n" for i in range(10, 100, 10))
+    assert _observed(_STARTED + steps) == {}
