@@ -505,8 +505,8 @@ class _Plan:
     reachable: tuple[float, ...]
     explains: dict[str, bool] = field(default_factory=dict)  # observed symptom -> explained
     # report entries that depend on the rule alone (immutable models, shared between reports):
-    # (reason, missing) -> outcome; (check, shared result) -> evidence item
-    outcomes: dict[tuple[str, tuple[str, ...]], RuleOutcome] = field(default_factory=dict)
+    # (reason, unknown checks) -> outcome; (check, shared result) -> evidence item
+    outcomes: dict[tuple[str, tuple[int, ...]], RuleOutcome] = field(default_factory=dict)
     items: dict[tuple[int, int], EvidenceItem] = field(default_factory=dict)
 
 
@@ -519,6 +519,10 @@ def _step(check: Any) -> tuple[Any, Any, Any]:
         return check, _log_result, check.log
     if type(check) is SignatureCheck:
         return check, _signature, ("signature", check.signature)
+    if type(check) is AnyCheck:
+        # the same group (a GPU or NCCL in play) gates many rules: shared when its checks are
+        keys = tuple(_step(c)[2] for c in check.any)
+        return check, _any, ("any", keys) if None not in keys else None
     return check, _EVALUATORS[type(check)], None
 
 
@@ -642,8 +646,8 @@ def _judge(plan: _Plan, ctx: _Context, observed: dict[str, list[str]]) -> tuple[
     if not unknown:
         return "ruled_out", _outcome(plan, "none of its evidence was seen")
     if rule.when and not gate_unknown:
-        return "possible", _outcome(plan, "its conditions hold; its evidence could not be checked", _needs(unknown))
-    return "not_checked", _outcome(plan, "the facts it needs are unknown", _needs(gate_unknown + unknown))
+        return "possible", _outcome(plan, "its conditions hold; its evidence could not be checked", unknown)
+    return "not_checked", _outcome(plan, "the facts it needs are unknown", gate_unknown + unknown)
 
 
 def _guarded(rule: Rule, kb: KB, judge: Any) -> tuple[str, Any]:
@@ -708,14 +712,16 @@ def evaluate(facts: Facts, kb: KB) -> Report:
     )
 
 
-def _outcome(plan: _Plan, reason: str, missing: tuple[str, ...] = ()) -> RuleOutcome:
-    """The rule's entry among those not found; the same reason gives the same (immutable) entry."""
-    outcome = plan.outcomes.get((reason, missing))
+def _outcome(plan: _Plan, reason: str, unknown: list[Any] | tuple = ()) -> RuleOutcome:
+    """The rule's entry among those not found, naming what the ``unknown`` checks need; the same
+    reason and checks give the same (immutable) entry."""
+    key = (reason, tuple(map(id, unknown)))
+    outcome = plan.outcomes.get(key)
     if outcome is None:
         if len(plan.outcomes) >= 64:  # reasons naming values (a rule error) must not pile up
             plan.outcomes.clear()
         rule = plan.rule
-        outcome = plan.outcomes[reason, missing] = RuleOutcome(
-            id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=missing
+        outcome = plan.outcomes[key] = RuleOutcome(
+            id=rule.id, title=rule.title, severity=rule.severity, reason=reason, missing=_needs(unknown)
         )
     return outcome
