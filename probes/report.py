@@ -79,6 +79,12 @@ _SMI_PROCESS = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+(?:\S+\s+\S+\s+)?(?P<pid>\d+)\s+(?P<type>C\+G|C|G|M\+C|M)\s+(?P<name>.+?)\s+"
     r"(?:(?P<mem>\d+)MiB|N/A)\s*\|$"
 )
+# a process row whose GPU-instance and compute-instance columns are there ("0 N/A N/A 2579940 C
+# python 13724MiB") is a process row even when the user pasted it without the table's header
+_SMI_PROCESS_ROW = re.compile(
+    r"^\|?\s*(?P<gpu>\d+)\s+(?:N/A|\d+)\s+(?:N/A|\d+)\s+(?P<pid>\d+)\s+(?P<type>C\+G|C|G|M\+C|M)\s+"
+    r"(?P<name>\S.*?)\s+(?P<mem>\d+)MiB\s*\|$"
+)
 _TOPO_HEADER = re.compile(r"^\s*(?P<cols>(?:GPU\d+\s+)+)")
 _TOPO_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)(?:\s+|$))+)")
 _P2P_ROW = re.compile(r"^GPU(?P<index>\d+)\s+(?P<cells>(?:(?:X|OK|CNS|GNS|TNS|NS|DR|U)(?:\s+|$))+)$")
@@ -204,7 +210,7 @@ class _Parser:
             return
         if _FENCE_OR_TAG.match(raw):
             return
-        if raw.lstrip().startswith("|") or raw.lstrip().startswith("+"):
+        if raw.lstrip().startswith(("|", "+")) or _SMI_PROCESS_ROW.match(raw.strip()):
             self.smi(raw.strip())
             return
         self.in_processes = False
@@ -373,9 +379,10 @@ class _Parser:
         if "Processes:" in line:
             self.in_processes = self.saw_processes = True
             return
-        if self.in_processes:
-            m = _SMI_PROCESS.match(line)
+        if self.in_processes or _SMI_PROCESS_ROW.match(line):
+            m = _SMI_PROCESS.match(line) or _SMI_PROCESS_ROW.match(line)
             if m:
+                self.saw_processes = True
                 gpu = int(m.group("gpu"))
                 entry = f.devices.setdefault(gpu, {})
                 procs = entry.setdefault("processes", [])

@@ -167,6 +167,25 @@ def test_nvidia_smi_table_with_processes_marks_idle_gpus():
     assert f.gpus.devices[0].processes == [] and len(f.gpus.devices[1].processes) == 1
 
 
+def test_process_rows_pasted_without_the_table_header():
+    # users paste the rows that matter; the first often loses its leading "|"
+    rows = "\n".join(
+        [
+            "0   N/A  N/A   2579940      C   .../envs/ffcv/bin/python3.9    13724MiB |",
+            "|    0   N/A  N/A   2579941      C   .../envs/ffcv/bin/python3.9      414MiB |",
+            "|    1   N/A  N/A   2579941      C   .../envs/ffcv/bin/python3.9    13868MiB |",
+        ]
+    )
+    f = parse_report(rows)
+    assert f.gpus.processes_on_gpu0 == 2
+    assert [p.used_memory_mib for p in f.gpus.devices[0].processes] == [13724, 414]
+
+
+def test_a_table_row_that_is_not_a_process_is_no_process():
+    f = parse_report("| 0  1  2  3  4 C something 12MiB |\n| 30%   45C    P2   120W / 350W |   8019MiB / 24576MiB |")
+    assert f.gpus.processes_on_gpu0 is None
+
+
 def test_topology_matrix():
     f = report("nvidia_smi_topo_8gpu.txt")
     links = {(link.a, link.b): link.common_ancestor for link in f.gpus.topology}
