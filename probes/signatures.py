@@ -50,6 +50,8 @@ class Symptom(_Strict):
     id: str
     title: str
     check: str  # the one thing to do when the evidence cannot tell the causes apart
+    # named only when no other symptom is: a vaguer statement than any other (an error of no known kind)
+    fallback: bool = False
 
 
 class Examples(_Strict):

@@ -52,6 +52,9 @@ def observe(facts: Facts) -> dict[str, list[str]]:
             add(symptom, f"micro-test {name} timed out")
     if not seen and _stops_after_startup(facts):
         add("hang.collective", "log ends after start-up, with no error")
+    symptoms = shipped().symptoms
+    if any(not symptoms[s].fallback for s in seen):
+        seen = {s: sources for s, sources in seen.items() if not symptoms[s].fallback}
     return _most_specific(seen)
 
 

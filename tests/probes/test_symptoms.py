@@ -46,3 +46,15 @@ def test_start_up_followed_by_an_error_or_by_training_is_no_stop():
     assert "hang.collective" not in _observed(_STARTED + "RuntimeError: CUDA error: out of memory\n")
     steps = "".join(f"Epoch 0: {i}%|##| {i}/100 [00:{i:02d}<00:10, loss=0.5]\n" for i in range(10, 100, 10))
     assert _observed(_STARTED + steps) == {}
+
+
+def test_an_error_of_no_known_kind_is_still_a_failure():
+    assert set(_observed("Traceback (most recent call last):\nKeyError: 'labels'\n")) == {"crash"}
+    assert set(_observed("accelerate多卡训练出错。\n")) == {"crash"}
+    assert set(_observed("I got the following error when training with 2 GPUs\n")) == {"crash"}
+
+
+def test_an_error_of_no_known_kind_gives_way_to_any_other_symptom():
+    assert set(_observed("it hangs, then I got the following error\nKeyError: 'labels'\n")) == {"hang"}
+    assert set(_observed("卡住了，没有报错\n")) == {"hang"}
+    assert _observed("the run finished; no error message\n") == {}
