@@ -10,11 +10,20 @@ the share of "high" that is right.
 
     python bench/cases.py            # the tables and the shares
     python bench/cases.py -k nccl    # only cases whose file name contains "nccl"
+    python bench/cases.py --blind DIR --batch 2026-11-27-n --note "..."
+
+``--blind`` scores a folder of new cases before any rule changes for them: it writes
+``bench/batches/BATCH.txt`` (each case's blind rank and first finding, with the commit scored
+at) and appends the batch's line to ``bench/history.csv``. Move the cases into ``tests/cases/``
+only afterwards; the record names them there.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,12 +36,65 @@ from diagnose.kb import load_kb  # noqa: E402
 
 SHARED_CASES = ROOT.parent / "shared" / "cases"
 OWN_CASES = ROOT / "tests" / "cases"
+HISTORY = ROOT / "bench" / "history.csv"
+BATCHES = ROOT / "bench" / "batches"
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "kb", "probes", "diagnose"], cwd=ROOT,
+                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    if done.returncode or dirty:
+        raise CaseError("score a blind batch at a clean commit: kb/, probes/ or diagnose/ has uncommitted changes")
+    return done.stdout.strip()
+
+
+def blind(folder: Path, batch: str, note: str) -> int:
+    """Score a new batch and record it (bench/batches/BATCH.txt, a line of bench/history.csv)."""
+    record = BATCHES / f"{batch}.txt"
+    if record.exists():
+        raise CaseError(f"{record}: batch {batch} is already recorded; a batch is scored blind once")
+    paths = case_paths([folder])
+    if not paths:
+        raise CaseError(f"{folder}: no case files (*.yaml)")
+    commit = _commit()
+    results = run_cases(paths, load_kb())
+    first, top3, crashes = shares(results)
+    causes = len({r.case.cause for r in results})
+    lines = [
+        f"# Batch {batch}: real reports scored blind at {commit[:7]} (before any rule change for them).",
+        "# Columns: case file, expected cause, blind rank of the expected cause (- = not a finding), top finding.",
+        "",
+    ]
+    for r in results:
+        rank = "crash" if r.crash else (str(r.rank) if r.rank else "-")
+        top = f"{r.top.id} ({r.top.confidence})" if r.top else "(no finding)"
+        lines.append(f"tests/cases/{r.case.path.name}\t{r.case.cause}\t{rank}\t{top}")
+    summary = f"{len(results)} cases, {causes} causes: blind top1 {first:.2f}, top3 {top3:.2f}, crashes {crashes}"
+    record.write_text("\n".join([*lines, "", summary, ""]), encoding="utf-8")
+    with HISTORY.open("a", newline="", encoding="utf-8") as out:
+        row = [datetime.date.today().isoformat(), batch, len(results), f"{first:.2f}", f"{top3:.2f}", commit, note]
+        csv.writer(out, lineterminator="\n").writerow(row)
+    print("\n".join(lines[3:]))
+    print(f"\n{summary}\nrecorded: {record.relative_to(ROOT)}, {HISTORY.relative_to(ROOT)}")
+    return 1 if crashes else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", default="", help="only cases whose file name contains this")
+    parser.add_argument("--blind", type=Path, metavar="DIR", help="score this folder of new cases and record it")
+    parser.add_argument("--batch", help="the new batch's name (with --blind), e.g. 2026-11-27-n")
+    parser.add_argument("--note", default="", help="what the batch is (with --blind), for bench/history.csv")
     args = parser.parse_args(argv)
+    if args.blind:
+        if not args.batch:
+            parser.error("--blind needs --batch NAME")
+        try:
+            return blind(args.blind, args.batch, args.note)
+        except CaseError as exc:
+            print(f"cases: error: {exc}", file=sys.stderr)
+            return 2
     paths = [p for p in case_paths((SHARED_CASES, OWN_CASES)) if args.k in p.name]
     start = time.perf_counter()
     try:
