@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from diagnose.cases import CaseError, calibration, case_paths, run_cases, shares  # noqa: E402
-from diagnose.kb import load_kb  # noqa: E402
+from diagnose.kb import KBError, load_kb  # noqa: E402
 
 SHARED_CASES = ROOT.parent / "shared" / "cases"
 OWN_CASES = ROOT / "tests" / "cases"
@@ -92,14 +92,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--blind needs --batch NAME")
         try:
             return blind(args.blind, args.batch, args.note)
-        except CaseError as exc:
+        except (CaseError, KBError) as exc:
             print(f"cases: error: {exc}", file=sys.stderr)
             return 2
     paths = [p for p in case_paths((SHARED_CASES, OWN_CASES)) if args.k in p.name]
     start = time.perf_counter()
     try:
         results = run_cases(paths, load_kb())
-    except CaseError as exc:
+    except (CaseError, KBError) as exc:
         print(f"cases: error: {exc}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - start
