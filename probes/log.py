@@ -359,6 +359,8 @@ _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _STRIP_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s*)?(?:\[\w+(?:: ?\d+)?\]:?|\[\d+,[^\]]*\]<std(?:out|err)>:|\d{1,5}:)\s?")
 # signatures whose matches change the reader's state beyond their own count
 _STATEFUL = frozenset({"lightning_ddp_init", "child_failed"})
+# the banner in quotes or backticks is the reader quoting a line of the log, not a second process
+_QUOTED_BANNER = re.compile(r"[\x22'`\u201c]\s*(?:initializing|Initializing) (?:ddp|distributed)")
 _MAX_RANKS = 1 << 16  # distinct GLOBAL_RANK values tracked, to keep memory bounded
 _SUMMARY_SPAN = 8  # lines after "rank : N" that still belong to that rank's summary entry
 
@@ -573,7 +575,12 @@ class _Reader:
                 sig_rank = int(data.pop("rank"))
             if local is not None:
                 data.setdefault("local_rank", str(local))
-            if sig.id == "lightning_ddp_init" and sig_rank is not None and len(s.global_ranks) < _MAX_RANKS:
+            if (
+                sig.id == "lightning_ddp_init"
+                and sig_rank is not None
+                and len(s.global_ranks) < _MAX_RANKS
+                and not _QUOTED_BANNER.search(text)
+            ):
                 seen = s.global_ranks.get(sig_rank, 0) + 1
                 s.global_ranks[sig_rank] = seen
                 if seen == 2:

@@ -134,6 +134,16 @@ def test_duplicate_global_rank_from_lightning_banners():
     assert [s.rank for s in sigs(log, "lightning_ddp_init")] == [1, 0, 1]
 
 
+def test_a_banner_the_reader_quotes_is_no_second_process():
+    text = "\n".join(
+        [
+            'It stops at **`"initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2"`**',
+            "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2",
+        ]
+    )
+    assert sigs(log_from_text(text), "duplicate_global_rank") == []
+
+
 def test_sagemaker_mpi_tag():
     log = log_from_text("[1,mpirank:3,algo-1]<stderr>:RuntimeError: CUDA error: out of memory")
     assert [s.rank for s in sigs(log, "cuda_oom")] == [3]
