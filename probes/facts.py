@@ -685,7 +685,22 @@ class Log(Section):
     failure: Failure | None = None  # the first failing rank's exception, from its traceback
     exit_codes: list[int] | None = None  # as launchers report ranks' ends (-9, 137, 1 ...)
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
-    derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks", "nccl_versions_differ")
+    derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted")
+
+    @property
+    def store_overcounted(self) -> bool | None:
+        """torch's store-based barrier counted more workers than the world size: the store (a
+        file:// init file, a reused key) still holds the joins of an earlier run, so the count it
+        waits for never comes out right. None when no barrier wait with its counts was logged."""
+        if self.signatures is None:
+            return None
+        counts = [
+            (int(s.data["world_size"]), int(s.data["worker_count"]))
+            for s in self.signatures
+            if s.id == "store_barrier_wait" and s.data.get("world_size", "").isdigit()
+            and s.data.get("worker_count", "").isdigit()
+        ]  # fmt: skip
+        return any(workers > world for world, workers in counts) if counts else None
 
     @property
     def nccl_versions_differ(self) -> bool | None:

@@ -121,3 +121,10 @@ def test_every_interface_a_net_line_lists_is_an_interface_nccl_uses():
         "node01:4128:4128 [0] NCCL INFO NET/Socket : Using [0]bond0:10.1.2.3<0> [1]docker0:172.17.0.1<0> [2]br-5e3f:172.18.0.1<0>\n"
     )
     assert log.nccl.interfaces == ["bond0", "docker0", "br-5e3f"]
+
+
+def test_a_store_barrier_counting_more_workers_than_the_world_is_an_earlier_runs_store():
+    wait = "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+    assert _log(wait + "(world_size=6, worker_count=287, timeout=0:30:00)").store_overcounted is True
+    assert _log(wait + "(world_size=8, worker_count=7, timeout=0:30:00)").store_overcounted is False
+    assert _log("nothing about the store here").store_overcounted is None
