@@ -40,10 +40,16 @@ HISTORY = ROOT / "bench" / "history.csv"
 BATCHES = ROOT / "bench" / "batches"
 
 
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CaseError(f"git {args[0]}: {exc}") from None
+
+
 def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "kb", "probes", "diagnose"], cwd=ROOT,
-                           capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    done = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--", "kb", "probes", "diagnose").stdout.strip()
     if done.returncode or dirty:
         raise CaseError("score a blind batch at a clean commit: kb/, probes/ or diagnose/ has uncommitted changes")
     return done.stdout.strip()

@@ -379,10 +379,11 @@ class _Parser:
         if "Processes:" in line:
             self.in_processes = self.saw_processes = True
             return
-        if self.in_processes or _SMI_PROCESS_ROW.match(line):
-            m = _SMI_PROCESS.match(line) or _SMI_PROCESS_ROW.match(line)
+        # rows pasted without the header say nothing of the GPUs they leave out (saw_processes
+        # stays as the header set it: only a whole table marks the other GPUs idle)
+        m = (_SMI_PROCESS.match(line) if self.in_processes else None) or _SMI_PROCESS_ROW.match(line)
+        if m or self.in_processes:
             if m:
-                self.saw_processes = True
                 gpu = int(m.group("gpu"))
                 entry = f.devices.setdefault(gpu, {})
                 procs = entry.setdefault("processes", [])

@@ -50,9 +50,10 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         test = getattr(facts.microtests, name)
         if test is not None and test.status == "timed_out":
             add(symptom, f"micro-test {name} timed out")
-    if not seen and _stops_after_startup(facts):
-        add("hang.collective", "log ends after start-up, with no error")
     symptoms = shipped().symptoms
+    # a reader's "it does not work" (a fallback) over a log that stops after start-up is that stop
+    if all(symptoms[s].fallback for s in seen) and _stops_after_startup(facts):
+        add("hang.collective", "log ends after start-up, with no error")
     if any(not symptoms[s].fallback for s in seen):
         seen = {s: sources for s, sources in seen.items() if not symptoms[s].fallback}
     return _most_specific(seen)

@@ -179,6 +179,10 @@ def test_process_rows_pasted_without_the_table_header():
     f = parse_report(rows)
     assert f.gpus.processes_on_gpu0 == 2
     assert [p.used_memory_mib for p in f.gpus.devices[0].processes] == [13724, 414]
+    # a partial paste says nothing of the GPUs it leaves out
+    table = (FIXTURES / "nvidia_smi_560_h100.txt").read_text()
+    gpu0_rows = "\n".join(rows.splitlines()[:2])
+    assert parse_report(table + "\n" + gpu0_rows).gpus.devices[1].processes is None
 
 
 def test_a_table_row_that_is_not_a_process_is_no_process():

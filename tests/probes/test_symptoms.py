@@ -58,3 +58,9 @@ def test_an_error_of_no_known_kind_gives_way_to_any_other_symptom():
     assert set(_observed("it hangs, then I got the following error\nKeyError: 'labels'\n")) == {"hang"}
     assert set(_observed("卡住了，没有报错\n")) == {"hang"}
     assert _observed("the run finished; no error message\n") == {}
+
+
+def test_a_reader_saying_it_does_not_work_over_a_log_that_stops_after_start_up_is_that_stop():
+    assert _observed("multi-gpu training does not work\n" + _STARTED) == {
+        "hang.collective": ["log ends after start-up, with no error"]
+    }
