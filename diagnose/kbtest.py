@@ -113,5 +113,38 @@ def run_example(rule: Rule, example: Example, index: int) -> ExampleResult:
     return ExampleResult(rule.id, name, example.expect, ok, why)
 
 
+def run_signature_example(sig_id: str, kind: str, index: int, line: str) -> ExampleResult:
+    """One example line of the signature catalog, read by the real log reader, alone and in
+    the middle of a log far past the short-log size (where only relevant lines are kept)."""
+    from probes.log import SHORT_LOG_LINES, log_from_text
+
+    expect = "match" if kind == "match" else "no-match"
+    name = f"{expect}-{index}"
+    found = sig_id in log_from_text(line).signature_ids
+    if found != (kind == "match"):
+        return ExampleResult(
+            f"signature {sig_id}", name, expect, False, f"{'matched' if found else 'did not match'}: {line!r}"
+        )
+    if found:
+        noise = PAD_LINE * SHORT_LOG_LINES
+        if sig_id not in log_from_text(noise + line + "\n" + noise).signature_ids:
+            return ExampleResult(f"signature {sig_id}", name, expect, False, f"not found inside a long log: {line!r}")
+    return ExampleResult(f"signature {sig_id}", name, expect, True, "matched" if found else "did not match")
+
+
+def signature_examples() -> list[tuple[str, str, int, str]]:
+    """(signature id, 'match' or 'no_match', index, line) for every example of the catalog."""
+    from probes.signatures import shipped
+
+    return [
+        (sig.id, kind, i, line)
+        for sig in shipped().signatures.values()
+        for kind, lines in (("match", sig.examples.match), ("no_match", sig.examples.no_match))
+        for i, line in enumerate(lines)
+    ]
+
+
 def run_all(kb: KB) -> list[ExampleResult]:
-    return [run_example(rule, ex, i) for rule in kb.rules for i, ex in enumerate(rule.examples)]
+    """Every rule's examples, then every example line of the signature catalog."""
+    rules = [run_example(rule, ex, i) for rule in kb.rules for i, ex in enumerate(rule.examples)]
+    return rules + [run_signature_example(*example) for example in signature_examples()]
