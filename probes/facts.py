@@ -685,7 +685,19 @@ class Log(Section):
     failure: Failure | None = None  # the first failing rank's exception, from its traceback
     exit_codes: list[int] | None = None  # as launchers report ranks' ends (-9, 137, 1 ...)
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
-    derived: ClassVar[tuple[str, ...]] = ("signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted")
+    derived: ClassVar[tuple[str, ...]] = (
+        "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
+    )  # fmt: skip
+
+    @property
+    def ends_joining_group(self) -> bool | None:
+        """The log's last event is a rank starting to join the process group (Lightning's
+        "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2", DeepSpeed's init_distributed),
+        never followed by the group forming or by a failure: a job that stopped there stopped in
+        the rendezvous, before any model was loaded or step run. None when no log was read."""
+        from probes.symptoms import ends_joining_group
+
+        return None if self.signatures is None or self.lines is None else ends_joining_group(self)
 
     @property
     def store_overcounted(self) -> bool | None:

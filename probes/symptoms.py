@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from probes.signatures import shipped
 
 if TYPE_CHECKING:  # Facts derives its symptoms from here: a type only, no import cycle
-    from probes.facts import Facts
+    from probes.facts import Facts, Log
 
 # where a hung rank waits (probes.hang's waiting_in) -> the symptom: before training starts,
 # or in a collective
@@ -56,6 +56,9 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         add("hang.collective", "log ends after start-up, with no error")
     if any(not symptoms[s].fallback for s in seen):
         seen = {s: sources for s, sources in seen.items() if not symptoms[s].fallback}
+    # a hang told in words over a log that ends while a rank was still joining the group
+    if "hang" in seen and facts.log.ends_joining_group:
+        add("hang.init", "log ends while the process group forms")
     return _most_specific(seen)
 
 
@@ -74,6 +77,24 @@ def _stops_after_startup(facts: Facts) -> bool:
         return False
     done = [s.line for s in signatures if s.id == "startup_done"]
     return bool(done) and lines[-1].no - max(done) <= _TAIL
+
+
+# a rank starting to join the process group (Lightning's banner, DeepSpeed's init_distributed),
+# and start-up complete
+_JOINING = {"lightning_ddp_init", "deepspeed_dist_init"}
+_JOINED = {"startup_done", "lightning_all_registered"}
+
+
+def ends_joining_group(log: Log) -> bool:
+    """Whether a log's last event is a rank starting to join the process group, never followed
+    by the group forming or by a failure (``Log.ends_joining_group``)."""
+    signatures, lines = log.signatures, log.lines
+    if not signatures or not lines:
+        return False
+    joining = [s.line for s in signatures if s.id in _JOINING]
+    if not joining or any(s.line >= max(joining) for s in signatures if s.id in _JOINED | _FAILURES):
+        return False
+    return lines[-1].no - max(joining) <= _TAIL
 
 
 def _most_specific(seen: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -64,3 +64,25 @@ def test_a_reader_saying_it_does_not_work_over_a_log_that_stops_after_start_up_i
     assert _observed("multi-gpu training does not work\n" + _STARTED) == {
         "hang.collective": ["log ends after start-up, with no error"]
     }
+
+
+def test_a_hang_over_a_log_that_ends_while_the_group_forms_is_a_hang_at_start_up():
+    banner = "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1\n"
+    deepspeed = "[INFO] [comm.py:668:init_distributed] Initializing TorchBackend in DeepSpeed with backend nccl\n"
+    for joining in (banner, deepspeed):
+        seen = _observed("training gets stuck\n" + joining)
+        assert seen == {"hang.init": ["log user_hang", "log ends while the process group forms"]}
+        assert offline_facts(logs=[("log", ["x\n", joining])]).log.ends_joining_group is True
+    # the group formed (Lightning's registration line), or a failure followed: no stop in joining
+    registered = "All distributed processes registered. Starting with 2 processes\n"
+    assert set(_observed("training gets stuck\n" + banner + registered)) != {"hang.init"}
+    assert offline_facts(logs=[("log", [banner, registered])]).log.ends_joining_group is False
+    assert (
+        offline_facts(
+            logs=[("log", [banner, "Traceback (most recent call last):\n", "KeyError: 'x'\n"])]
+        ).log.ends_joining_group
+        is False
+    )
+    # far past the banner (training ran), the log no longer ends there
+    steps = [f"step {i} loss=0.5\n" for i in range(20)]
+    assert offline_facts(logs=[("log", [banner, *steps])]).log.ends_joining_group is False
