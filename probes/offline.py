@@ -75,6 +75,12 @@ _MASTER_ADDR = _linear(
 _VISIBLE = _linear(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?:\s|$|;)""")
 # Lightning's banner: "GPU available: True (cuda), used: True"
 _GPU_AVAILABLE = _linear(r"^GPU available: (True|False)\b", multiline=True)
+# a torch release stated in prose: "torch==2.5.1", "torch=2.5.1", "with torch2.5.1", "PyTorch 2.7.1+cu128",
+# "pytorch版本2.0.1"; not a requirement (">=", "<") nor torchvision/torchaudio/pytorch-lightning
+_TORCH_STATED = _linear(
+    r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v)?"
+    r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|$)"
+)
 _INTERACTIVE = _linear(
     r"ipykernel|<ipython-input-|/tmp/ipykernel_|google\.colab|\bnotebook_launcher\b|"
     r"(?i:\bjupyter (?:notebook|lab)\b|\bin (?:a )?(?:jupyter|colab)\b)"
@@ -213,6 +219,10 @@ def _stated(facts: Facts, texts: list[str]) -> None:
             _set(facts.torch, "cuda_available", m.group(1) == "True")
     if launcher.devices_requested is None and launcher.local_world_size is not None:
         _set(launcher, "devices_requested", launcher.local_world_size)
+    if facts.torch.version is None:
+        stated = next((m.group("v") for text in texts if (m := _TORCH_STATED.search(text))), None)
+        if stated:  # read as a report's own line would be, so the CUDA tag counts the same
+            _merge(facts, _relabelled(parse_report(f"PyTorch version: {stated}", "stated"), "log"))
 
 
 def _from_signatures(facts: Facts) -> None:

@@ -214,3 +214,21 @@ def test_real_cases_read_cleanly(path):
 def test_a_report_never_raises(report_text):
     facts = offline_facts([("env", report_text)])
     Facts.model_validate(facts.model_dump())
+
+
+def test_a_torch_release_stated_in_prose_is_the_torch_version():
+    def stated(text: str) -> str | None:
+        return offline_facts(logs=[("log", [text + "\n"])]).torch.version
+
+    assert stated("fsdp2 train report error when torch=2.5.1") == "2.5.1"
+    assert stated("- Training framework: PyTorch 2.7.1+cu128") == "2.7.1+cu128"
+    assert stated("pytorch版本2.0.1，单机多卡") == "2.0.1"
+    # requirements and other packages are no statement of the installed torch
+    for text in ("needs torch>=2.4", "torchvision 0.15.2", "pytorch-lightning 1.9.0", "lightning.pytorch 2.1.0"):
+        assert stated(text) is None, text
+    # a report's own field wins over prose
+    facts = offline_facts(
+        reports=[("r", "PyTorch version: 2.1.0+cu121\n")], logs=[("log", ["I also tried torch 2.3.0\n"])]
+    )
+    assert facts.torch.version == "2.1.0+cu121"
+    assert offline_facts(logs=[("log", ["torch==2.0.1+cu118\n"])]).torch.cuda == "11.8"
