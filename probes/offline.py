@@ -81,6 +81,10 @@ _TORCH_STATED = _linear(
     r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v)?"
     r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|$)"
 )
+# an image pasted in a Markdown report (a screenshot of the error), or an image link
+_IMAGE = _linear(
+    r"!\[[^\]\n]*\]\(\s*\S+|<img\s[^>\n]*src=|\bhttps?://\S+\.(?:png|jpe?g|gif|webp)\b|user-images\.githubusercontent\.com/"
+)
 _INTERACTIVE = _linear(
     r"ipykernel|<ipython-input-|/tmp/ipykernel_|google\.colab|\bnotebook_launcher\b|"
     r"(?i:\bjupyter (?:notebook|lab)\b|\bin (?:a )?(?:jupyter|colab)\b)"
@@ -120,6 +124,17 @@ def offline_facts(
     lines = [line.text for line in facts.log.lines or []]
     _stated(facts, texts + ["\n".join(lines)])
     _from_signatures(facts)
+    # a report's lines can reach the log too: count each image once
+    images = len(
+        {m.group(0) for text in [*texts, *(line.text for line in facts.log.lines or [])] for m in _IMAGE.finditer(text)}
+    )
+    if images:  # the error is often only in a screenshot: say so rather than let it pass unread
+        facts.skipped.append(
+            Skipped(
+                what=f"{images} image{'s' if images > 1 else ''} in the report",
+                reason="images are not read: paste the error as text",
+            )
+        )
     facts.skipped.append(Skipped(what="live probes", reason="offline: diagnosing pasted reports and logs only"))
     facts.skipped.append(Skipped(what="micro-tests", reason="offline: nothing is run on the reporter's machine"))
     return facts

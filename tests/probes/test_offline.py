@@ -232,3 +232,10 @@ def test_a_torch_release_stated_in_prose_is_the_torch_version():
     )
     assert facts.torch.version == "2.1.0+cu121"
     assert offline_facts(logs=[("log", ["torch==2.0.1+cu118\n"])]).torch.cuda == "11.8"
+
+
+def test_images_in_a_report_are_said_to_be_unread():
+    text = 'the error is below\n![image](https://user-images.githubusercontent.com/1/2.png)\n<img src="x.png">\n'
+    skipped = offline_facts(reports=[("r", text)], logs=[("log", text.splitlines(True))]).skipped
+    assert skipped[0].what == "2 images in the report" and "paste the error as text" in skipped[0].reason
+    assert not any("image" in s.what for s in offline_facts(logs=[("log", ["RuntimeError: boom\n"])]).skipped)
