@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from probes import clusterfacts
+from probes.patterns import compile as _linear  # log lines are untrusted: linear-time matching
 
 SCHEMA_VERSION = 1
 
@@ -674,6 +675,13 @@ class NcclState(_Model):
     last_line: str | None = None  # the last NCCL line kept: where a stalled init stopped
 
 
+# what says a job runs on GPUs (Log.mentions_gpu), and Lightning's banner for a CPU run
+_GPU_JOB = _linear(
+    r"(?i)\bnccl|\bcuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
+)
+_NO_GPU = _linear(r"(?i)\bgpu available:\s*false")
+
+
 class Log(Section):
     sources: list[str] = Field(default_factory=list)
     lines_read: int | None = None
@@ -687,7 +695,17 @@ class Log(Section):
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
+        "mentions_gpu",
     )  # fmt: skip
+
+    @property
+    def mentions_gpu(self) -> bool | None:
+        """A line names a GPU, CUDA, NCCL, NVML, NVIDIA or an Xid (in Chinese also cards: 多卡, 4卡,
+        显卡, 显存): a job on GPUs, which rules whose cause needs one gate on. Lightning's "GPU
+        available: False" does not count. None when no log was read."""
+        if self.lines is None:
+            return None
+        return any(_GPU_JOB.search(_NO_GPU.sub("", line.text)) for line in self.lines)
 
     @property
     def ends_joining_group(self) -> bool | None:

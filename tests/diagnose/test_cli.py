@@ -188,7 +188,7 @@ def test_kb_new_writes_a_rule_that_loads_and_passes(tmp_path):
     assert run("kb", "new", "area.my-cause", "--dir", str(tmp_path)).returncode == 0
     kb = load_kb([tmp_path], shipped=False)
     assert [r.id for r in kb.rules] == ["area.my-cause"]
-    assert all(r.ok for r in run_all(kb))
+    assert all(r.ok for r in run_all(kb, signatures=False))  # the catalog's own examples run elsewhere
     assert run("kb", "new", "area.my-cause", "--dir", str(tmp_path)).returncode == Exit.USAGE
 
 

@@ -1,8 +1,8 @@
 """Causes that need a GPU or NCCL are gated on the facts: never a candidate on a CPU job that ran
 on gloo, still a candidate when nothing says what the job ran on (unknown is not false).
 
-The gate of each such rule is one ``any:`` over ``gpus.count``, ``torch.cuda_available`` and a
-log that names NCCL, CUDA or the NVIDIA driver, so a pasted log of an NCCL error keeps the rule
+The gate of each such rule is one ``any:`` over ``gpus.count``, ``torch.cuda_available`` and
+``log.mentions_gpu`` (a log naming NCCL, CUDA, the NVIDIA driver or GPUs), so a pasted NCCL error keeps the rule
 even when the pasted environment was collected on a machine without GPUs.
 """
 

@@ -239,3 +239,15 @@ def test_images_in_a_report_are_said_to_be_unread():
     skipped = offline_facts(reports=[("r", text)], logs=[("log", text.splitlines(True))]).skipped
     assert skipped[0].what == "2 images in the report" and "paste the error as text" in skipped[0].reason
     assert not any("image" in s.what for s in offline_facts(logs=[("log", ["RuntimeError: boom\n"])]).skipped)
+
+
+def test_a_log_that_names_gpus_marks_a_gpu_job():
+    def gpu(*lines: str) -> bool | None:
+        return offline_facts(logs=[("log", [line + "\n" for line in lines])]).log.mentions_gpu
+
+    assert gpu("NCCL WARN NET/IB : Got completion with error 12") is True
+    assert gpu("单机4卡训练报错") is True and gpu("多卡训练卡住") is True and gpu("显存不足") is True
+    # Lightning's banner of a CPU run names no GPU job; nor does a log about something else
+    assert gpu("GPU available: False, used: False", "Epoch 0: 100%") is False
+    assert gpu("Epoch 0: 100%|##########| 10/10") is False
+    assert offline_facts(reports=[("r", "PyTorch version: 2.1.0\n")]).log.mentions_gpu is None
