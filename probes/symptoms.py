@@ -64,37 +64,37 @@ def observe(facts: Facts) -> dict[str, list[str]]:
 
 # a pasted log that ends within this many lines of start-up's last milestone ends there
 _TAIL = 8
-
-
-def _stops_after_startup(facts: Facts) -> bool:
-    """A log whose last event is start-up completing (every rank joined, NCCL init done), with
-    no error anywhere: the job stopped before its first step, the state of a hang at the first
-    collective that a user pastes without saying it hangs."""
-    signatures, lines = facts.log.signatures, facts.log.lines
-    if not signatures or not lines:
-        return False
-    if any(s.id in _FAILURES for s in signatures):
-        return False
-    done = [s.line for s in signatures if s.id == "startup_done"]
-    return bool(done) and lines[-1].no - max(done) <= _TAIL
-
-
 # a rank starting to join the process group (Lightning's banner, DeepSpeed's init_distributed),
 # and start-up complete
 _JOINING = {"lightning_ddp_init", "deepspeed_dist_init"}
 _JOINED = {"startup_done", "lightning_all_registered"}
 
 
-def ends_joining_group(log: Log) -> bool:
-    """Whether a log's last event is a rank starting to join the process group, never followed
-    by the group forming or by a failure (``Log.ends_joining_group``)."""
+def _ends_at(log: Log, marks: set[str], undone_by: set[str]) -> bool:
+    """Whether a log's last event is a signature of ``marks``: one of them lies within ``_TAIL``
+    lines of the end, and no signature of ``undone_by`` comes on or after the last of them."""
     signatures, lines = log.signatures, log.lines
     if not signatures or not lines:
         return False
-    joining = [s.line for s in signatures if s.id in _JOINING]
-    if not joining or any(s.line >= max(joining) for s in signatures if s.id in _JOINED | _FAILURES):
+    at = [s.line for s in signatures if s.id in marks]
+    if not at or any(s.line >= max(at) for s in signatures if s.id in undone_by):
         return False
-    return lines[-1].no - max(joining) <= _TAIL
+    return lines[-1].no - max(at) <= _TAIL
+
+
+def _stops_after_startup(facts: Facts) -> bool:
+    """A log whose last event is start-up completing (every rank joined, NCCL init done), with
+    no error anywhere: the job stopped before its first step, the state of a hang at the first
+    collective that a user pastes without saying it hangs."""
+    if any(s.id in _FAILURES for s in facts.log.signatures or ()):
+        return False
+    return _ends_at(facts.log, {"startup_done"}, set())
+
+
+def ends_joining_group(log: Log) -> bool:
+    """Whether a log's last event is a rank starting to join the process group, never followed
+    by the group forming or by a failure (``Log.ends_joining_group``)."""
+    return _ends_at(log, _JOINING, _JOINED | _FAILURES)
 
 
 def _most_specific(seen: dict[str, list[str]]) -> dict[str, list[str]]:
