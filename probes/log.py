@@ -244,8 +244,9 @@ class _Matcher:
         self.relevant = re.compile(_alternation(tuple(sorted(relevant))))
         # a literal found at a position also implies each shorter literal it starts with
         self.implied: dict[str, tuple[tuple[SignatureDef, ...], bool]] = {}
+        known = set(words)
         for word in words:
-            prefixes = [w for w in words if word.startswith(w)]
+            prefixes = [word[:n] for n in range(1, len(word) + 1) if word[:n] in known]
             sigs = tuple({s.id: s for w in prefixes for s in by_literal.get(w, ())}.values())
             self.implied[word] = (sigs, any(w in relevant for w in prefixes))
         self.signature_finder = _signature_finder(catalog)
