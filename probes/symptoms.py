@@ -54,6 +54,10 @@ def observe(facts: Facts) -> dict[str, list[str]]:
     # a reader's "it does not work" (a fallback) over a log that stops after start-up is that stop
     if all(symptoms[s].fallback for s in seen) and _stops_after_startup(facts):
         add("hang.collective", "log ends after start-up, with no error")
+    # ranks saying their data ran out, then nothing: the others still hold batches and the ones
+    # done wait for them in their next collective (a job that goes on logs more after it)
+    if all(symptoms[s].fallback for s in seen) and _ends_at(facts.log, {"rank_end_of_data"}, _FAILURES):
+        add("hang.collective", "log ends as ranks run out of data, with no error")
     if any(not symptoms[s].fallback for s in seen):
         seen = {s: sources for s, sources in seen.items() if not symptoms[s].fallback}
     # a hang told in words over a log that ends while a rank was still joining the group

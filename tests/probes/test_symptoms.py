@@ -48,6 +48,21 @@ def test_start_up_followed_by_an_error_or_by_training_is_no_stop():
     assert _observed(_STARTED + steps) == {}
 
 
+_OUT_OF_DATA = "".join(
+    f"2023-04-13 16:00:05,6{r}1 INFO [trainer.py:650] ({r}/8) Reaches end of dataloader.\n"
+    f"2023-04-13 16:00:05,6{r}2 INFO [trainer.py:626] ({r}/8) Computing validation loss\n"
+    for r in (5, 7, 4)
+)
+
+
+def test_a_log_that_ends_as_ranks_run_out_of_data_is_a_hang_in_a_collective():
+    assert _observed(_OUT_OF_DATA) == {"hang.collective": ["log ends as ranks run out of data, with no error"]}
+    # the job went on (validation done, the next epoch's steps): no stop
+    later = "".join(f"INFO [trainer.py:700] (0/8) Epoch 2, batch {i}, loss[loss=3.1]\n" for i in range(0, 200, 20))
+    assert _observed(_OUT_OF_DATA + later) == {}
+    assert "hang.collective" not in _observed(_OUT_OF_DATA + "RuntimeError: CUDA error: out of memory\n")
+
+
 def test_an_error_of_no_known_kind_is_still_a_failure():
     assert set(_observed("Traceback (most recent call last):\nKeyError: 'labels'\n")) == {"crash"}
     assert set(_observed("accelerate多卡训练出错。\n")) == {"crash"}
