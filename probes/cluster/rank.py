@@ -23,6 +23,8 @@ from probes.microtests.judge import bandwidth
 
 # Bytes moved per send/recv between rank 0 and each node's first rank.
 _P2P_BYTES = 4 << 20
+# how long one of rank 0's two report writers (main thread, watchdog) waits for the other
+_REPORT_GRACE_S = 2 * WRITE_RESERVE_S
 _P2P_ROUNDS = 5
 
 
@@ -292,6 +294,12 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
     rank = Rank(me, options, environ)
     layout = expected_nodes(me, environ)
     done = threading.Event()
+    # rank 0 writes one report: the main thread's at the end, or the watchdog's at the deadline.
+    # Whichever comes second waits for the first (the file is not written twice, and the process
+    # does not end under a report being written), for at most _REPORT_GRACE_S.
+    writer = threading.Lock()
+    reported = threading.Event()
+    main_code: list[int] = []
 
     def facts(store: Any) -> Facts:
         steps = rank.plane.steps_of_silent(store)
@@ -310,7 +318,10 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
             return
         code = 1
         try:
-            if me.rank == 0:
+            if me.rank == 0 and not writer.acquire(blocking=False):
+                reported.wait(_REPORT_GRACE_S)  # the main thread is writing the full report
+                code = main_code[0] if main_code else 1
+            elif me.rank == 0:
                 try:
                     store = rank.plane.fresh_client()
                 except Exception:  # the store itself may be what hangs
@@ -345,11 +356,22 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
             rank.step("waiting for rank 0's report")
             return rank.plane.await_verdict()
         rank.plane.gather()
-        code = write_report(facts(rank.plane.store), False)
+        if not writer.acquire(blocking=False):  # the watchdog is reporting and ends the process
+            reported.wait(_REPORT_GRACE_S)
+            return 1
+        try:
+            if planted_hang(environ, me.rank) == "write":  # test-only: a report slower than the deadline
+                time.sleep(max(0.0, rank.clock.left()) + 1)
+            code = write_report(facts(rank.plane.store), False)
+            main_code.append(code)
+        finally:
+            reported.set()
         rank.plane.share_verdict(code)
         return code
     finally:
         done.set()
+        if me.rank == 0 and not main_code and not writer.acquire(blocking=False):
+            reported.wait(_REPORT_GRACE_S)  # the watchdog's report: never end the process under it
         _leave_group()
 
 

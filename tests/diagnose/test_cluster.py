@@ -285,6 +285,23 @@ def test_a_hung_rank_is_named_where_it_stopped_and_killed_by_its_own_watchdog(tm
     assert "cluster.missing-rank" in [f["id"] for f in data["findings"]]
 
 
+@_NEEDS
+def test_a_report_still_being_written_at_the_deadline_is_finished_not_cut(tmp_path):
+    """Rank 0's main thread writes the report past the deadline: the watchdog waits for it instead
+    of writing a second report over it and ending the process under it (an empty file)."""
+    mark, port = uuid.uuid4().hex[:8], _free_port()
+    nodes = [f"h{mark}a", f"h{mark}b"]
+    out = tmp_path / "report.json"
+    args = ["--join-timeout", "8", "--timeout", "12", "--op-timeout", "2", "--max-size", "4KB", "--out", str(out)]
+    fault = {"DIAGNOSE_CLUSTER_TESTING": "1", "DIAGNOSE_CLUSTER_FAULT": "0:write"}
+    procs = [_srun_rank(r, nodes, 1, port, mark, args, tmp_path / f"rank{r}.log", **fault) for r in (0, 1)]
+    _run_all(procs, mark, limit=40)
+    _no_orphans(mark)
+    data = json.loads(out.read_text())
+    assert len(data["facts"]["cluster"]["ranks"]) == 2
+    assert "deadline passed; reporting what rank 0 has" not in (tmp_path / "rank0.log").read_text()
+
+
 @pytest.fixture
 def slow_host():
     """A network namespace behind a veth pair limited to 40 Mbit/s: a second address, a slow link (far below
