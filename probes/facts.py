@@ -695,7 +695,7 @@ class Log(Section):
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
-        "mentions_gpu",
+        "ends_out_of_data", "mentions_gpu",
     )  # fmt: skip
 
     @property
@@ -716,6 +716,15 @@ class Log(Section):
         from probes.symptoms import ends_joining_group
 
         return None if self.signatures is None or self.lines is None else ends_joining_group(self)
+
+    @property
+    def ends_out_of_data(self) -> bool | None:
+        """The log's last events are ranks saying their data ran out (icefall's "Reaches end of
+        dataloader"), with no failure after: those ranks wait in their next collective for ranks
+        that still had batches. None when no log was read."""
+        from probes.symptoms import ends_out_of_data
+
+        return None if self.signatures is None or self.lines is None else ends_out_of_data(self)
 
     @property
     def store_overcounted(self) -> bool | None:

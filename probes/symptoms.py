@@ -52,12 +52,11 @@ def observe(facts: Facts) -> dict[str, list[str]]:
             add(symptom, f"micro-test {name} timed out")
     symptoms = shipped().symptoms
     # a reader's "it does not work" (a fallback) over a log that stops after start-up is that stop
-    if all(symptoms[s].fallback for s in seen) and _stops_after_startup(facts):
-        add("hang.collective", "log ends after start-up, with no error")
-    # ranks saying their data ran out, then nothing: the others still hold batches and the ones
-    # done wait for them in their next collective (a job that goes on logs more after it)
-    if all(symptoms[s].fallback for s in seen) and _ends_at(facts.log, {"rank_end_of_data"}, _FAILURES):
-        add("hang.collective", "log ends as ranks run out of data, with no error")
+    if all(symptoms[s].fallback for s in seen):
+        if _stops_after_startup(facts):
+            add("hang.collective", "log ends after start-up, with no error")
+        if facts.log.ends_out_of_data:
+            add("hang.collective", "log ends as ranks run out of data, with no error")
     if any(not symptoms[s].fallback for s in seen):
         seen = {s: sources for s, sources in seen.items() if not symptoms[s].fallback}
     # a hang told in words over a log that ends while a rank was still joining the group
@@ -93,6 +92,12 @@ def _stops_after_startup(facts: Facts) -> bool:
     if any(s.id in _FAILURES for s in facts.log.signatures or ()):
         return False
     return _ends_at(facts.log, {"startup_done"}, set())
+
+
+def ends_out_of_data(log: Log) -> bool:
+    """Whether a log's last events are ranks saying their data ran out, with no failure after
+    (``Log.ends_out_of_data``): a job that goes on logs more after them."""
+    return _ends_at(log, {"rank_end_of_data"}, _FAILURES)
 
 
 def ends_joining_group(log: Log) -> bool:

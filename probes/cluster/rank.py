@@ -356,8 +356,7 @@ def run(options: Options, write_report: ReportWriter, *, environ: Mapping[str, s
             rank.step("waiting for rank 0's report")
             return rank.plane.await_verdict()
         rank.plane.gather()
-        if not writer.acquire(blocking=False):  # the watchdog is reporting and ends the process
-            reported.wait(_REPORT_GRACE_S)
+        if not writer.acquire(blocking=False):  # the watchdog is reporting (the wait is below)
             return 1
         try:
             if planted_hang(environ, me.rank) == "write":  # test-only: a report slower than the deadline

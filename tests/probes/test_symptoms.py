@@ -55,11 +55,17 @@ _OUT_OF_DATA = "".join(
 )
 
 
+def _log(text: str):
+    return offline_facts(logs=[("log", text.splitlines(True))]).log
+
+
 def test_a_log_that_ends_as_ranks_run_out_of_data_is_a_hang_in_a_collective():
     assert _observed(_OUT_OF_DATA) == {"hang.collective": ["log ends as ranks run out of data, with no error"]}
+    assert _log(_OUT_OF_DATA).ends_out_of_data is True  # the fact sync.uneven-batches weighs
     # the job went on (validation done, the next epoch's steps): no stop
     later = "".join(f"INFO [trainer.py:700] (0/8) Epoch 2, batch {i}, loss[loss=3.1]\n" for i in range(0, 200, 20))
     assert _observed(_OUT_OF_DATA + later) == {}
+    assert _log(_OUT_OF_DATA + later).ends_out_of_data is False
     assert "hang.collective" not in _observed(_OUT_OF_DATA + "RuntimeError: CUDA error: out of memory\n")
 
 
