@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -49,7 +50,9 @@ def _free_port() -> int:
 
 def _env(mark: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(_LAUNCHER_PREFIXES)}
-    env.update(PYTHONPATH=str(ROOT), DIAGNOSE_TEST_MARK=mark, OMP_NUM_THREADS="1", **extra)
+    # the "nodes" share this host: on a GPU host they would all drive its GPU(s) with NCCL, which
+    # refuses two ranks on one device, so they see none and test on gloo as on a CPU host
+    env.update(PYTHONPATH=str(ROOT), DIAGNOSE_TEST_MARK=mark, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **extra)
     return env
 
 
@@ -336,6 +339,9 @@ def slow_host():
             "100ms",
         ],
     ]
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"no network namespaces here: {tool} (iproute2) is not installed")
     try:
         for argv in steps:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=10)

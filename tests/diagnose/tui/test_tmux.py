@@ -34,7 +34,10 @@ WIDTH, HEIGHT = 100, 30
 
 def diagnose_argv() -> list[str]:
     script = Path(sys.executable).with_name("diagnose")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "diagnose"]
+    if script.exists():
+        return [str(script)]
+    # not installed next to this interpreter: run the checkout itself (the pane starts elsewhere)
+    return ["env", f"PYTHONPATH={Path(__file__).resolve().parents[3]}", sys.executable, "-m", "diagnose"]
 
 
 class Pane:

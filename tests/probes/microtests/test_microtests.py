@@ -118,8 +118,10 @@ def test_a_port_taken_by_another_process_is_retried_once_then_reported(monkeypat
 @pytest.fixture
 def launched(monkeypatch):
     """The key of every process a watchdog starts, in order; no GPU device nodes, so rank 0
-    forks the other ranks wherever the steps run on CPU."""
+    forks the other ranks wherever the steps run on CPU. The ranks see no GPU either (on a GPU
+    machine rank 0 would find one and start the ranks itself)."""
     monkeypatch.setattr(runner, "_gpu_nodes", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     keys = []
     real = watchdog.Watchdog.launch
 
