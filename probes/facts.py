@@ -329,6 +329,9 @@ class GpuProcess(_Model):
     cmdline: str | None = None
     rank: int | None = None
     local_rank: int | None = None
+    # the GPU (NVML index) this rank should drive: its LOCAL_RANK read through its own
+    # CUDA_VISIBLE_DEVICES; None where either is unknown or the list names GPUs by UUID
+    own_gpu: int | None = None
 
 
 class Gpu(_Model):
@@ -387,6 +390,7 @@ class Gpus(Section):
         "p2p_ok",
         "visible_duplicates",
         "processes_on_gpu0",
+        "foreign_ranks_on_gpu0",
         "max_processes_per_gpu",
     )
 
@@ -485,6 +489,20 @@ class Gpus(Section):
     def processes_on_gpu0(self) -> int | None:
         gpu0 = next((d for d in self.devices or [] if d.index == 0), None)
         return None if gpu0 is None or gpu0.processes is None else len(gpu0.processes)
+
+    @property
+    def foreign_ranks_on_gpu0(self) -> int | None:
+        """Training ranks that hold memory on GPU 0 though their own GPU is another one (a
+        checkpoint loaded there, a bare .cuda()); processes that are no rank do not count, so
+        other jobs sharing the machine are not mistaken for this one. None where no process
+        on GPU 0 could be matched to its GPU."""
+        gpu0 = next((d for d in self.devices or [] if d.index == 0), None)
+        if gpu0 is None or gpu0.processes is None:
+            return None
+        known = [p.own_gpu for p in gpu0.processes if p.own_gpu is not None]
+        if gpu0.processes and not known:
+            return None
+        return sum(own != 0 for own in known)
 
     @property
     def max_processes_per_gpu(self) -> int | None:

@@ -222,7 +222,23 @@ def _process(running: Any, read_proc: ProcessReader) -> GpuProcess:
     proc.cmdline = redact_text(" ".join(cmdline)) or None
     proc.rank = _int(environ.get("RANK"))
     proc.local_rank = _int(environ.get("LOCAL_RANK"))
+    proc.own_gpu = own_gpu(proc.local_rank, environ.get("CUDA_VISIBLE_DEVICES"))
     return proc
+
+
+def own_gpu(local_rank: int | None, visible: str | None) -> int | None:
+    """The NVML index of the GPU a rank should drive: cuda:LOCAL_RANK, read through the
+    CUDA_VISIBLE_DEVICES of its own process (a launcher may give each rank a list of one)."""
+    if local_rank is None:
+        return None
+    if visible is None:
+        return local_rank
+    ids = [_int(part.strip()) for part in visible.split(",") if part.strip()]
+    if not ids or None in ids:  # UUIDs, MIG names or garbage: not an index
+        return None
+    if len(ids) == 1:
+        return ids[0]
+    return ids[local_rank] if local_rank < len(ids) else None
 
 
 def _int(value: str | None) -> int | None:

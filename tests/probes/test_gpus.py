@@ -13,6 +13,7 @@ import pytest
 
 from probes import gpus
 from probes.env import REDACTED
+from probes.facts import Gpu, GpuProcess, Gpus
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "probes" / "nvml"
 
@@ -182,6 +183,7 @@ def test_two_rtx3090_on_an_nvlink_bridge() -> None:
     ]
     assert gpu0.processes[0].cmdline == f"python train.py --hf_token {REDACTED}"
     assert found.processes_on_gpu0 == 2
+    assert found.foreign_ranks_on_gpu0 == 1  # LOCAL_RANK 1 belongs on GPU 1
     [link] = found.topology
     assert (link.a, link.b, link.nvlinks, link.common_ancestor) == (0, 1, 4, "NVLINK")
     assert found.p2p_ok is True
@@ -307,3 +309,34 @@ def test_this_machine_for_real() -> None:
     else:
         assert found.unavailable["devices"].startswith(gpus.NO_NVML)
         assert driver.unavailable["version"] == found.unavailable["devices"]
+
+
+@pytest.mark.parametrize(
+    ("local_rank", "visible", "own"),
+    [
+        (1, None, 1),  # cuda:LOCAL_RANK of all GPUs
+        (1, "4,5,6,7", 5),  # a job given GPUs 4-7
+        (3, "3", 3),  # a launcher that gives each rank a list of one
+        (2, "0,1", None),  # a LOCAL_RANK past the list: not a GPU of its own
+        (0, "GPU-8d2f4c1e-aaaa-bbbb-cccc-0123456789ab", None),  # UUIDs are not indices
+        (None, "0,1", None),
+        (0, "", None),
+    ],
+)
+def test_the_gpu_a_rank_should_drive(local_rank, visible, own) -> None:
+    assert gpus.own_gpu(local_rank, visible) == own
+
+
+def _on_gpu0(*owns: int | None) -> Gpus:
+    processes = [GpuProcess(pid=100 + i, own_gpu=own) for i, own in enumerate(owns)]
+    return Gpus(count=2, devices=[Gpu(index=0, processes=processes), Gpu(index=1, processes=[])])
+
+
+def test_only_ranks_that_belong_elsewhere_count_as_foreign_on_gpu0() -> None:
+    assert _on_gpu0(0, 1, 1).foreign_ranks_on_gpu0 == 2
+    # rank 0 and two processes of other jobs (no LOCAL_RANK): none foreign
+    assert _on_gpu0(0, None, None).foreign_ranks_on_gpu0 == 0
+    assert _on_gpu0().foreign_ranks_on_gpu0 == 0
+    # nothing on GPU 0 could be matched to a rank: unknown, not none
+    assert _on_gpu0(None, None).foreign_ranks_on_gpu0 is None
+    assert Gpus(count=1, devices=[Gpu(index=0)]).foreign_ranks_on_gpu0 is None
