@@ -485,9 +485,12 @@ class Gpus(Section):
             return None
         return len(set(self.visible)) != len(self.visible)
 
+    def _gpu0(self) -> Gpu | None:
+        return next((d for d in self.devices or [] if d.index == 0), None)
+
     @property
     def processes_on_gpu0(self) -> int | None:
-        gpu0 = next((d for d in self.devices or [] if d.index == 0), None)
+        gpu0 = self._gpu0()
         return None if gpu0 is None or gpu0.processes is None else len(gpu0.processes)
 
     @property
@@ -496,7 +499,7 @@ class Gpus(Section):
         checkpoint loaded there, a bare .cuda()); processes that are no rank do not count, so
         other jobs sharing the machine are not mistaken for this one. None where no process
         on GPU 0 could be matched to its GPU."""
-        gpu0 = next((d for d in self.devices or [] if d.index == 0), None)
+        gpu0 = self._gpu0()
         if gpu0 is None or gpu0.processes is None:
             return None
         known = [p.own_gpu for p in gpu0.processes if p.own_gpu is not None]
