@@ -701,6 +701,7 @@ _GPU_JOB = _linear(
     r"(?i)\bnccl|\bcuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
 )
 _NO_GPU = _linear(r"(?i)\bgpu available:\s*false")
+_NCCL = _linear(r"(?i)nccl")
 
 
 class Log(Section):
@@ -716,7 +717,7 @@ class Log(Section):
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
-        "ends_out_of_data", "mentions_gpu",
+        "ends_out_of_data", "mentions_gpu", "backend",
     )  # fmt: skip
 
     @property
@@ -727,6 +728,20 @@ class Log(Section):
         if self.lines is None:
             return None
         return any(_GPU_JOB.search(_NO_GPU.sub("", line.text)) for line in self.lines)
+
+    @property
+    def backend(self) -> str | None:
+        """The process-group backend the job ran on, when the log names exactly one: a library's
+        own line (signature pg_backend: Lightning's "distributed_backend=gloo", accelerate's
+        "Backend: gloo", DeepSpeed's comm init, gloo's or ProcessGroupNCCL's errors), and any line
+        naming NCCL counts for NCCL. None when it names none, or several (a job may keep a gloo
+        group beside its NCCL one): so "gloo" means NCCL is nowhere in the log."""
+        if self.signatures is None or self.lines is None:
+            return None
+        named = {s.data["backend"].lower() for s in self.signatures if s.id == "pg_backend" and s.data.get("backend")}
+        if "nccl" not in named and any(_NCCL.search(line.text) for line in self.lines):
+            named.add("nccl")
+        return named.pop() if len(named) == 1 else None
 
     @property
     def ends_joining_group(self) -> bool | None:

@@ -126,3 +126,37 @@ def test_a_log_that_names_nccl_or_cuda_keeps_the_gate_open_where_the_report_saw_
     # rules that need two GPUs, or a launcher or release the log does not show, stay gated by that
     open_gate = {r.id for r in KB.rules if gpu_gated(r) and len(r.when) == 1 and isinstance(r.when[0], AnyCheck)}
     assert len(open_gate) > 20 and not open_gate & gated_out(facts)
+
+
+# A Lightning job on a GPU host that chose gloo (a CPU process group beside GPU tensors), as its
+# banner prints it, hanging mid-epoch: the host has GPUs, so the GPU gates are open, but NCCL's
+# causes cannot be the job's (the rules weigh log.backend against them)
+GPU_HOST_GLOO_LOG = """\
+Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2
+----------------------------------------------------------------------------------------------------
+distributed_backend=gloo
+All distributed processes registered. Starting with 2 processes
+----------------------------------------------------------------------------------------------------
+Epoch 0:  45%|████▌     | 45/100 [00:12<00:15,  3.61it/s, loss=0.412]
+The job hangs here: both GPUs show 0% utilisation and nothing is printed any more.
+"""
+
+
+def gpu_host(text: str) -> Facts:
+    facts = log_facts(text)
+    facts.gpus.count, facts.torch.cuda_available = 2, True
+    return facts
+
+
+def test_a_gloo_job_on_a_gpu_host_gets_no_nccl_cause():
+    facts = gpu_host(GPU_HOST_GLOO_LOG)
+    assert facts.log.backend == "gloo"
+    findings = [f.id for f in evaluate(facts, KB).findings]
+    assert findings, "the hang is still weighed"
+    assert not [i for i in findings if i.startswith("nccl.")]
+
+
+def test_the_same_hang_under_nccl_keeps_nccl_causes():
+    facts = gpu_host(GPU_HOST_GLOO_LOG.replace("distributed_backend=gloo", "distributed_backend=nccl"))
+    assert facts.log.backend == "nccl"
+    assert [f.id for f in evaluate(facts, KB).findings if f.id.startswith("nccl.")]

@@ -251,3 +251,23 @@ def test_a_log_that_names_gpus_marks_a_gpu_job():
     assert gpu("GPU available: False, used: False", "Epoch 0: 100%") is False
     assert gpu("Epoch 0: 100%|##########| 10/10") is False
     assert offline_facts(reports=[("r", "PyTorch version: 2.1.0\n")]).log.mentions_gpu is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "backend"),
+    [
+        (["distributed_backend=gloo", "All distributed processes registered. Starting with 2 processes"], "gloo"),
+        (["INFO - __main__ - Distributed environment: MULTI_GPU  Backend: nccl"], "nccl"),
+        (["[comm.py:637:init_distributed] Initializing TorchBackend in DeepSpeed with backend gloo"], "gloo"),
+        (["RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer"], "gloo"),
+        # NCCL named anywhere, even in the reader's words, and the log is not a gloo-only job's
+        (["distributed_backend=gloo", "with NCCL_P2P_DISABLE=1 it did not help"], None),
+        (["Epoch 0: 45%|████▌ | 45/100"], None),
+    ],
+)
+def test_the_process_group_backend_is_read_only_when_the_log_names_one(lines, backend):
+    assert offline_facts(logs=[("log", [line + "\n" for line in lines])]).log.backend == backend
+
+
+def test_no_log_no_backend():
+    assert offline_facts(reports=[("r", "PyTorch version: 2.1.0\n")]).log.backend is None
