@@ -732,13 +732,17 @@ class Log(Section):
     @property
     def backend(self) -> str | None:
         """The process-group backend the job ran on, when the log names exactly one: a library's
-        own line (signature pg_backend: Lightning's "distributed_backend=gloo", accelerate's
-        "Backend: gloo", DeepSpeed's comm init, gloo's or ProcessGroupNCCL's errors), and any line
+        own line (signatures pg_backend: Lightning's "distributed_backend=gloo", accelerate's
+        "Backend: gloo", gloo's or ProcessGroupNCCL's errors; deepspeed_dist_init), and any line
         naming NCCL counts for NCCL. None when it names none, or several (a job may keep a gloo
         group beside its NCCL one): so "gloo" means NCCL is nowhere in the log."""
         if self.signatures is None or self.lines is None:
             return None
-        named = {s.data["backend"].lower() for s in self.signatures if s.id == "pg_backend" and s.data.get("backend")}
+        named = {
+            s.data["backend"].lower()
+            for s in self.signatures
+            if s.id in ("pg_backend", "deepspeed_dist_init") and s.data.get("backend")
+        }
         if "nccl" not in named and any(_NCCL.search(line.text) for line in self.lines):
             named.add("nccl")
         return named.pop() if len(named) == 1 else None

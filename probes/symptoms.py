@@ -67,9 +67,9 @@ def observe(facts: Facts) -> dict[str, list[str]]:
 
 # a pasted log that ends within this many lines of start-up's last milestone ends there
 _TAIL = 8
-# a rank starting to join the process group (Lightning's banner, DeepSpeed's init_distributed),
-# and start-up complete
-_JOINING = {"lightning_ddp_init", "deepspeed_dist_init"}
+# a rank starting to join the process group (Lightning's banner, DeepSpeed's init_distributed, a
+# script's printed rendezvous arguments), and start-up complete
+_JOINING = {"lightning_ddp_init", "deepspeed_dist_init", "rank_init_args"}
 _JOINED = {"startup_done", "lightning_all_registered"}
 
 
