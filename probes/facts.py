@@ -198,6 +198,7 @@ class TorchBuild(Section):
         "bundled_nccl",
         "supports_gpu_arch",
         "nccl_supports_gpu_arch",
+        "nccl_predates_gpu_arch",
         "nccl_known_issue",
         "missing_features",
     )
@@ -289,6 +290,18 @@ class TorchBuild(Section):
         if nccl is None or not caps:
             return None
         return all(nccl >= n for n in needs)
+
+    @property
+    def nccl_predates_gpu_arch(self) -> bool | None:
+        """Whether the NCCL release itself is older than one its GPUs need (min_nccl), whatever
+        CUDA it was built for: then NCCL, not torch's kernels, is what the GPUs outgrew."""
+        from probes.tables import version
+
+        caps, nccl = self._capabilities(), version(self._nccl())
+        needs = [version(c.min_nccl) for c in caps if c.min_nccl]
+        if nccl is None or not needs:
+            return None
+        return any(nccl < n for n in needs)
 
     @property
     def nccl_known_issue(self) -> str | None:

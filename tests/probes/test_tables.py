@@ -143,6 +143,16 @@ def test_nccl_facts_come_from_the_build_or_the_release_table():
     assert facts_with("NVIDIA A100-SXM4-80GB", TorchBuild(nccl="2.15.1")).torch.nccl_known_issue is None
 
 
+def test_an_nccl_release_older_than_the_gpus_is_told_apart_from_an_old_cuda_build():
+    # RTX 50xx (sm_120): NCCL 2.25.1 knew Blackwell, 2.26.2 fixed its shared memory on them
+    old = facts_with("NVIDIA GeForce RTX 5090", TorchBuild(nccl="2.25.1"))
+    assert old.torch.nccl_predates_gpu_arch is True and old.torch.nccl_supports_gpu_arch is False
+    new = facts_with("NVIDIA GeForce RTX 5090", TorchBuild(nccl="2.26.2"))
+    assert new.torch.nccl_predates_gpu_arch is False and new.torch.nccl_supports_gpu_arch is True
+    assert facts_with("NVIDIA B200", TorchBuild(nccl="2.25.1")).torch.nccl_predates_gpu_arch is False
+    assert facts_with("NVIDIA GeForce RTX 2080 Ti", TorchBuild(nccl="2.4.2")).torch.nccl_predates_gpu_arch is None
+
+
 def test_driver_against_torch_cuda_counts_minor_version_compatibility():
     def supports(driver: Driver, cuda: str, platform: str = "linux") -> bool | None:
         facts = Facts()
