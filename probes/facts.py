@@ -280,28 +280,29 @@ class TorchBuild(Section):
         """Whether the NCCL this build uses is recent enough for every GPU of the job: a release
         that knows them, built for a CUDA that has their kernels (an NCCL built for CUDA 12.2
         has none for Blackwell, whatever its release)."""
-        from probes.tables import release, version
+        from probes.tables import release
 
-        caps, nccl = self._capabilities(), version(self._nccl())
+        caps = self._capabilities()
         built = release(self._nccl_cuda())
         if built is not None and caps and any(built < release(c.min_cuda) for c in caps):
             return False
-        needs = [version(c.min_nccl) for c in caps if c.min_nccl]
-        if nccl is None or not caps:
-            return None
-        return all(nccl >= n for n in needs)
+        return self._nccl_release_knows_gpus()
 
     @property
     def nccl_predates_gpu_arch(self) -> bool | None:
         """Whether the NCCL release itself is older than one its GPUs need (min_nccl), whatever
         CUDA it was built for: then NCCL, not torch's kernels, is what the GPUs outgrew."""
+        knows = self._nccl_release_knows_gpus()
+        return None if knows is None else not knows
+
+    def _nccl_release_knows_gpus(self) -> bool | None:
+        """Whether the NCCL release is at least the min_nccl of every GPU of the job."""
         from probes.tables import version
 
         caps, nccl = self._capabilities(), version(self._nccl())
-        needs = [version(c.min_nccl) for c in caps if c.min_nccl]
-        if nccl is None or not needs:
+        if nccl is None or not caps:
             return None
-        return any(nccl < n for n in needs)
+        return all(nccl >= version(c.min_nccl) for c in caps if c.min_nccl)
 
     @property
     def nccl_known_issue(self) -> str | None:

@@ -150,7 +150,8 @@ def test_an_nccl_release_older_than_the_gpus_is_told_apart_from_an_old_cuda_buil
     new = facts_with("NVIDIA GeForce RTX 5090", TorchBuild(nccl="2.26.2"))
     assert new.torch.nccl_predates_gpu_arch is False and new.torch.nccl_supports_gpu_arch is True
     assert facts_with("NVIDIA B200", TorchBuild(nccl="2.25.1")).torch.nccl_predates_gpu_arch is False
-    assert facts_with("NVIDIA GeForce RTX 2080 Ti", TorchBuild(nccl="2.4.2")).torch.nccl_predates_gpu_arch is None
+    assert facts_with("NVIDIA GeForce RTX 2080 Ti", TorchBuild(nccl="2.4.2")).torch.nccl_predates_gpu_arch is False
+    assert facts_with(None, TorchBuild(nccl="2.4.2")).torch.nccl_predates_gpu_arch is None
 
 
 def test_driver_against_torch_cuda_counts_minor_version_compatibility():
