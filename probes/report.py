@@ -120,13 +120,14 @@ _ACCELERATE_STRATEGY = {"MULTI_GPU": "ddp", "DEEPSPEED": "deepspeed", "FSDP": "f
 
 
 def _version(value: str) -> str | None:
-    value = value.strip().strip("`'\"")
+    # quotes and Markdown emphasis users wrap a template's answer in: **'1.6.0+cu101'**
+    value = value.strip().strip("`'\"*_ ")
     m = _VERSION.match(value)
     return m.group(1) if m else None
 
 
 def _bool(value: str) -> bool | None:
-    word = value.strip().strip("`'\"").split(" ")[0].lower() if value.strip() else ""
+    word = value.strip().strip("`'\"*_ ").split(" ")[0].lower() if value.strip() else ""
     return _BOOL.get(word)
 
 
@@ -210,7 +211,8 @@ class _Parser:
             return
         if _FENCE_OR_TAG.match(raw):
             return
-        if raw.lstrip().startswith(("|", "+")) or _SMI_PROCESS_ROW.match(raw.strip()):
+        # a table's border starts "+---" or "+===" (nvidia-smi); "+ nccl: 2.2.13" is a bullet
+        if raw.lstrip().startswith(("|", "+-", "+=")) or _SMI_PROCESS_ROW.match(raw.strip()):
             self.smi(raw.strip())
             return
         self.in_processes = False
@@ -601,6 +603,14 @@ def _deepspeed_info(p: _Parser, value: str, _: bool) -> None:
     p.found.package("deepspeed", _version(value))
 
 
+def _nccl(p: _Parser, value: str, _: bool) -> None:
+    # "- NCCL version: 2.18.1" / "+ nccl: 2.2.13": the release the reporter says the job loads;
+    # only a full x.y.z, since "2.18" alone does not say which patch release (min_nccl compares them)
+    version = _version(value)
+    if version and re.fullmatch(r"\d+\.\d+\.\d+(?:[+-]\S*)?", version):
+        p.found.set(p.found.torch, "nccl", version.split("+")[0])
+
+
 def _lightning(p: _Parser, value: str, _: bool) -> None:
     p.found.package("lightning", _version(value))
 
@@ -657,6 +667,7 @@ _KEYS = {
     "shared memory size": _shm,
     "shared memory (/dev/shm) size": _shm,
     "deepspeed info": _deepspeed_info,
+    **dict.fromkeys(["nccl", "nccl version", "nccl_version"], _nccl),
     **dict.fromkeys(["lightning version", "lightning"], _lightning),
     **dict.fromkeys(
         [

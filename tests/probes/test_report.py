@@ -102,6 +102,20 @@ def test_short_bullets():
     assert f.torch.cuda == "11.3"  # from the +cu113 local version
 
 
+def test_bullet_answers_in_markdown_emphasis_and_quotes():
+    # Lightning's template answered in bold and quotes (Lightning-AI/pytorch-lightning#9639)
+    f = parse_report("- PyTorch Version (e.g., 1.8): **'1.6.0+cu101'**\n- Python version: __3.6__\n")
+    assert f.torch.version == "1.6.0+cu101" and f.torch.cuda_build is True and f.host.python == "3.6"
+
+
+def test_plus_bullets_are_no_table_border():
+    # a "+ key: value" list (PaddlePaddle/models#2908), not an nvidia-smi "+-----+" border
+    f = parse_report("+ system: centos6u3\n+ python: 2.7.14\n+ nccl: 2.2.13\n")
+    assert f.torch.nccl == "2.2.13" and f.host.python == "2.7.14"
+    # a release without its patch number says too little to compare with a minimum
+    assert parse_report("- NCCL version: 2.18\n").torch.nccl is None
+
+
 def test_unfilled_template_states_nothing():
     assert report("lightning_template_unfilled.txt") == Facts(inputs=["report:lightning_template_unfilled.txt"])
 
