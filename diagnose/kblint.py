@@ -7,6 +7,8 @@
   such a rule goes stale with the next GPU or release, where a table fact
   (``gpus.arch``, ``torch.supports_gpu_arch``, ``torch.nccl_known_issue``...) would not;
 - every reference is a public https:// address a reader can open.
+- no log pattern is searched over only the first few dozen characters of a line (the bounded
+  fallback ``probes.patterns`` gives a pattern with look-around and many unbounded repeats).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from diagnose.engine import render_context
 from diagnose.kb import KB
 from diagnose.rules import AnyCheck, FactCheck, LogCheck, Rule
 from diagnose.templates import lint_fix
+from probes.patterns import compile as compile_pattern
 from probes.facts import Facts, KeyedSection
 
 # a version written into a pattern: 2\.4, 12\.[0-7], cu11x, sm_120, +cuda11
@@ -122,6 +125,27 @@ def naming_offenders(rules: list[Rule]) -> dict[str, list[str]]:
     return found
 
 
+# A pattern that needs look-around or a back-reference runs on Python's re over the first `window` characters of each
+# line only (probes.patterns: the more unbounded repeats, the shorter); under this it misses what a
+# line says after its first words, and no example shows it
+MIN_WINDOW = 100
+
+
+def narrow_patterns(kb: KB) -> list[str]:
+    """``RULE: log pattern ...`` for each pattern searched over fewer than MIN_WINDOW characters."""
+    out = []
+    for rule in kb.rules:
+        for pattern in _patterns(rule):
+            window = getattr(compile_pattern(pattern), "window", None)
+            if window is not None and window < MIN_WINDOW:
+                out.append(
+                    f"{rule.id}: log pattern {pattern!r} is searched in the first {window} characters of a line only"
+                    " (look-around or a back-reference puts it on Python's re, bounded by its unbounded repeats):"
+                    " bound its repeats, split it, or do without the look-around"
+                )
+    return out
+
+
 def private_references(kb: KB) -> list[str]:
     """``RULE: reference 'REF' ...`` for each reference that is not public https: the loader takes
     any URL, a rule's sources have to be pages a reader can open."""
@@ -136,7 +160,9 @@ def private_references(kb: KB) -> list[str]:
 def lint(kb: KB) -> list[str]:
     """Every problem, one line each, naming the rule's file."""
     where = {rule.id: str(kb.files.get(rule.id, rule.id)) for rule in kb.rules}
-    problems = [f"{where[p.split(':', 1)[0]]}: {p}" for p in fix_problems(kb) + private_references(kb)]
+    problems = [
+        f"{where[p.split(':', 1)[0]]}: {p}" for p in fix_problems(kb) + private_references(kb) + narrow_patterns(kb)
+    ]
     for rule_id, hits in sorted(naming_offenders(kb.rules).items()):
         problems += [
             f"{where[rule_id]}: {rule_id}: log pattern names what kb/tables/ knows, test a table fact instead: {hit}"

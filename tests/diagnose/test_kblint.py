@@ -95,6 +95,17 @@ def test_a_pattern_naming_a_gpu_model_or_a_release_is_listed(tmp_path):
     assert problems[0].endswith("': 4090, a version number")
 
 
+def test_a_pattern_searched_in_a_narrow_window_is_listed(tmp_path):
+    # look-around forces the bounded fallback; three unbounded repeats leave it a few dozen characters
+    path = write_rule(tmp_path, "narrow", "true", pattern=r"^(?!.*ok)boom\s*,\s*\d+")
+    problems = lint(load_kb([tmp_path], shipped=False))
+    assert len(problems) == 1 and problems[0].startswith(f"{path}: local.narrow: log pattern ")
+    assert "is searched in the first 39 characters of a line only" in problems[0]
+    # the same with bounded repeats is searched over whole lines
+    write_rule(tmp_path, "narrow", "true", pattern=r"^(?!.*ok)boom\s{0,3},\s{0,3}\d+")
+    assert lint(load_kb([tmp_path], shipped=False)) == []
+
+
 def test_a_reference_a_reader_cannot_open_is_listed(tmp_path):
     ref = "http://example.org/forum/1"
     path = write_rule(tmp_path, "private-ref", "true")
