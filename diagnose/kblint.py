@@ -27,8 +27,8 @@ from diagnose.engine import render_context
 from diagnose.kb import KB
 from diagnose.rules import AnyCheck, FactCheck, LogCheck, Rule
 from diagnose.templates import lint_fix
-from probes.patterns import compile as compile_pattern
 from probes.facts import Facts, KeyedSection
+from probes.patterns import compile as compile_pattern
 
 # a version written into a pattern: 2\.4, 12\.[0-7], cu11x, sm_120, +cuda11
 _VERSION = re.compile(r"\d\\?\.\[?\d|\bcu(?:\d|\(|\[)|\bsm_\d|\+cuda\d|\bcompute_\d")
