@@ -56,7 +56,7 @@ def cmd_diagnose(argv: Sequence[str]) -> int:
 
         return run_tui(args, kb)
     progress = progress_printer() if (fmt in (None, "text") or sys.stderr.isatty()) and not is_offline(args) else None
-    facts = gather_facts(args, progress)
+    facts = gather_facts(args, progress, kb)
     from diagnose.clusterview import render_cluster
     from diagnose.engine import evaluate
 

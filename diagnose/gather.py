@@ -112,7 +112,8 @@ def _log_source(path: str) -> object:
         raise UsageError(str(exc).replace(": cannot read:", ": cannot read log:", 1)) from None
 
 
-def gather_facts(args: argparse.Namespace, progress=None):
+def gather_facts(args: argparse.Namespace, progress=None, kb=None):
+    # kb: the rule base already loaded for this run (loading it again costs a second parse)
     from probes.snapshot import load_snapshot
 
     offline = is_offline(args)
@@ -129,7 +130,7 @@ def gather_facts(args: argparse.Namespace, progress=None):
         logs = [("stdin" if p == "-" else p, _log_source(p)) for p in args.log]
         from diagnose.kb import load_kb
 
-        return offline_facts(reports=reports, logs=logs, kb=load_kb(getattr(args, "kb", None) or []))
+        return offline_facts(reports=reports, logs=logs, kb=kb or load_kb(getattr(args, "kb", None) or []))
     from diagnose.api import collect_facts
 
     return collect_facts(

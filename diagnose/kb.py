@@ -116,9 +116,12 @@ class _YamlProblem(Exception):
         self.line, self.message = line, message
 
 
-def read_yaml(text: str) -> tuple[Any, dict[tuple, int]]:
-    """Parse one YAML document safely; returns (data, location -> line)."""
-    loader = yaml.SafeLoader(text)
+def read_yaml(text: str, *, shipped: bool = False) -> tuple[Any, dict[tuple, int]]:
+    """Parse one YAML document safely; returns (data, location -> line). ``shipped``: one of
+    this package's own files, which may take the faster libyaml parser."""
+    from probes.signatures import SHIPPED_YAML_LOADER
+
+    loader = (SHIPPED_YAML_LOADER if shipped else yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         lines: dict[tuple, int] = {}
@@ -171,7 +174,7 @@ def load_rule_file(path: Path, root: Path) -> Rule:
     except (OSError, UnicodeDecodeError) as exc:
         raise KBError([f"{display}:1: cannot read: {exc}"]) from None
     try:
-        data, lines = read_yaml(text)
+        data, lines = read_yaml(text, shipped=root == shipped_kb_dir())
     except _YamlProblem as exc:
         raise KBError([f"{display}:{exc.line}: invalid YAML: {exc.message}"]) from None
     if not isinstance(data, dict):

@@ -35,6 +35,12 @@ class CatalogError(ValueError):
         super().__init__(problems[0] + more)
 
 
+# The shipped kb/ is this package's own data, read on every run: libyaml's parser (about twenty
+# times faster) when PyYAML has it. Files a user supplies go through the pure-Python parser,
+# whose nesting depth ends in a RecursionError, not in the C stack.
+SHIPPED_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def kb_dir() -> Path:
     """The shipped kb/: inside an installed wheel (as diagnose/kb), else the checkout's kb/."""
     root = Path(__file__).resolve().parent.parent
@@ -159,7 +165,7 @@ def _problem(path: Path, place: str, message: str) -> str:
 
 def _read(path: Path, key: str) -> Any:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SHIPPED_YAML_LOADER)
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError([_problem(path, "", f"cannot read: {exc}")]) from None
     except yaml.YAMLError as exc:

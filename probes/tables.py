@@ -21,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from probes.signatures import kb_dir
+from probes.signatures import SHIPPED_YAML_LOADER, kb_dir
 
 
 class TableError(ValueError):
@@ -341,7 +341,7 @@ def load_tables(root: Path | None = None) -> Tables:
         path = folder / f"{name}.yaml"
         try:
             text = path.read_text(encoding="utf-8")
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=SHIPPED_YAML_LOADER)
         except OSError as exc:
             raise TableError(f"{path}: cannot read: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:

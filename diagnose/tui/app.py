@@ -190,17 +190,17 @@ def planned_steps(args: argparse.Namespace) -> list[str]:
     return [*STEPS, *tests]
 
 
-def cli_gather(args: argparse.Namespace, steps: Sequence[str]) -> Gather:
+def cli_gather(args: argparse.Namespace, steps: Sequence[str], kb: KB | None = None) -> Gather:
     """gather_facts for these args; reading saved evidence reports itself as one step."""
     from diagnose.gather import gather_facts, is_offline
 
     def gather(progress: Progress) -> Facts:
         if not is_offline(args):
-            return gather_facts(args, progress)
+            return gather_facts(args, progress, kb)
         step = steps[0]
         sources = [args.snapshot] if args.snapshot else [*args.report, *args.log]
         progress(step, "running", ", ".join(str(Path(s).name) for s in sources if s))
-        facts = gather_facts(args, progress)
+        facts = gather_facts(args, progress, kb)
         progress(step, "passed", ", ".join(facts.inputs) or None)
         return facts
 
@@ -213,7 +213,7 @@ def run_tui(args: argparse.Namespace, kb: KB) -> int:
     from diagnose.contract import Exit
 
     steps = planned_steps(args)
-    app = make_app(gather=cli_gather(args, steps), kb=kb, steps=steps)
+    app = make_app(gather=cli_gather(args, steps, kb), kb=kb, steps=steps)
     app.run()
     if app.error is not None:
         raise app.error
