@@ -581,6 +581,9 @@ class _Reader:
                 and sig_rank is not None
                 and len(s.global_ranks) < _MAX_RANKS
                 and not _QUOTED_BANNER.search(text)
+                # processes that each form a world of one are separate jobs (or one banner pasted
+                # twice), not two claims on a rank of one group
+                and data.get("world_size") != "1"
             ):
                 seen = s.global_ranks.get(sig_rank, 0) + 1
                 s.global_ranks[sig_rank] = seen

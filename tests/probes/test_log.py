@@ -141,6 +141,12 @@ def test_a_banner_the_reader_quotes_is_no_second_process():
     assert sigs(log_from_text(text), "duplicate_global_rank") == []
 
 
+def test_banners_of_worlds_of_one_are_no_claim_on_a_shared_rank():
+    # each process formed a group of its own (or the reader pasted the banner twice)
+    text = "\n".join(["Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1"] * 2)
+    assert sigs(log_from_text(text), "duplicate_global_rank") == []
+
+
 def test_sagemaker_mpi_tag():
     log = log_from_text("[1,mpirank:3,algo-1]<stderr>:RuntimeError: CUDA error: out of memory")
     assert [s.rank for s in sigs(log, "cuda_oom")] == [3]

@@ -104,7 +104,12 @@ def test_binary_log_raises_log_error(tmp_path):
         ("`accelerate launch sft_llama2.py --output_dir=sft`", {"kind": "accelerate"}),
         (
             "accelerate launch --num_processes=2 train.py",
-            {"kind": "accelerate", "world_size": 2, "devices_requested": 2},
+            {"kind": "accelerate", "world_size": 2, "devices_requested": 2, "ranks_short_of_devices": False},
+        ),
+        (
+            # Lightning under SLURM took one task as the world, though four devices were asked for
+            "Fabric(devices=4)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1",
+            {"world_size": 1, "devices_requested": 4, "ranks_short_of_devices": True},
         ),
         ("notebook_launcher(train_loop, args, num_processes=4)", {"kind": "accelerate", "devices_requested": 4}),
         (
