@@ -93,15 +93,23 @@ def nccl_state(log: Log) -> NcclState | None:
     )
 
 
-_VERSION_FIELDS = {"nccl_version": "version", "nccl_error": "nccl_version", "nccl_library_version": "version"}
+_VERSION_FIELDS = {
+    "nccl_version": ("version",),
+    "nccl_error": ("nccl_version",),
+    "nccl_library_version": ("version",),
+    "nccl_releases_compared": ("version", "other"),
+}
 
 
 def nccl_versions(log: Log) -> list[str] | None:
     """Every NCCL release the log names (x.y.z, build suffix dropped); None when it names none."""
-    found = [
-        sig.data.get(field, "").split("+")[0] for sig in log.signatures or [] if (field := _VERSION_FIELDS.get(sig.id))
-    ]
-    return _ordered(found) or None
+    found = _ordered(
+        sig.data.get(field, "").split("+")[0]
+        for sig in log.signatures or []
+        for field in _VERSION_FIELDS.get(sig.id, ())
+    )
+    # a release told by its minor only (2.18) is the same as a full one of that minor (2.18.1)
+    return [v for v in found if not any(w.startswith(v + ".") for w in found)] or None
 
 
 def exits(log: Log) -> tuple[list[int] | None, list[str] | None]:

@@ -47,6 +47,16 @@ def test_a_system_library_beside_the_installed_release_is_two_versions():
     assert log.nccl_versions == ["2.8.3", "2.9.9"] and log.nccl_versions_differ
 
 
+def test_two_releases_compared_in_a_sentence_differ():
+    log = _log("This no longer works with nccl 2.12.10 (nccl 2.13 works)\n")
+    assert log.nccl_versions == ["2.12.10", "2.13"] and log.nccl_versions_differ
+
+
+def test_a_release_by_its_minor_is_the_full_release_of_that_minor():
+    log = _log("NCCL version 2.18.1+cuda12.1\nit hangs with nccl 2.18 but nccl 2.18.1 is fine\n")
+    assert log.nccl_versions == ["2.18.1"] and not log.nccl_versions_differ
+
+
 def test_a_log_naming_no_nccl_release_has_no_versions():
     log = _log("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error\n")
     assert log.nccl_versions is None and log.nccl_versions_differ is None
