@@ -50,6 +50,8 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         test = getattr(facts.microtests, name)
         if test is not None and test.status == "timed_out":
             add(symptom, f"micro-test {name} timed out")
+    if facts.launcher.ranks_short_of_devices:
+        add("gpus-missing", "fewer ranks formed the group than devices were requested")
     symptoms = shipped().symptoms
     # a reader's "it does not work" (a fallback) over a log that stops after start-up is that stop
     if all(symptoms[s].fallback for s in seen):

@@ -107,3 +107,11 @@ def test_a_hang_over_a_log_that_ends_while_the_group_forms_is_a_hang_at_start_up
     # far past the banner (training ran), the log no longer ends there
     steps = [f"step {i} loss=0.5\n" for i in range(20)]
     assert offline_facts(logs=[("log", [banner, *steps])]).log.ends_joining_group is False
+
+
+def test_a_group_of_fewer_ranks_than_devices_asked_for_is_gpus_missing():
+    seen = _observed("trainer = L.Trainer(devices=4)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1\n")
+    assert seen["gpus-missing"] == ["fewer ranks formed the group than devices were requested"]
+    assert "gpus-missing" not in _observed(
+        "trainer = L.Trainer(devices=2)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2\n"
+    )
