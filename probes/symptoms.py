@@ -50,6 +50,11 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         test = getattr(facts.microtests, name)
         if test is not None and test.status == "timed_out":
             add(symptom, f"micro-test {name} timed out")
+    # a launcher that reports a rank's end with a failing code or a signal (torchrun's "failed
+    # (exitcode: -7)", DeepSpeed's "exits with return code = 1") saw that rank die
+    failed = next((c for c in facts.log.exit_codes or () if c != 0), None)
+    if failed is not None:
+        add("crash.rank-exited", f"a rank ended with exit code {failed}")
     if facts.launcher.ranks_short_of_devices:
         add("gpus-missing", "fewer ranks formed the group than devices were requested")
     symptoms = shipped().symptoms

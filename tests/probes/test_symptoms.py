@@ -115,3 +115,9 @@ def test_a_group_of_fewer_ranks_than_devices_asked_for_is_gpus_missing():
     assert "gpus-missing" not in _observed(
         "trainer = L.Trainer(devices=2)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2\n"
     )
+
+
+def test_a_rank_the_launcher_reports_dead_is_a_rank_exited_whatever_its_signal():
+    line = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 12) of binary: /usr/bin/python\n"
+    assert _observed(line)["crash.rank-exited"] == ["a rank ended with exit code -7"]
+    assert "crash.rank-exited" not in _observed("[launch.py:351:main] Process 4242 exits successfully.\n")
