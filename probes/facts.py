@@ -600,9 +600,15 @@ class Launcher(Section):
     slurm_gpus_on_node: int | None = None
     strategy: str | None = None  # as requested by the job: ddp, ddp_spawn, fsdp, deepspeed
     devices_requested: int | None = None
-    # the process group formed with fewer ranks than the devices the job asked for: the ranks were
-    # counted by something other than the Trainer (SLURM's tasks, a launcher's nproc)
-    ranks_short_of_devices: bool | None = None
+    derived: ClassVar[tuple[str, ...]] = ("ranks_short_of_devices",)
+
+    @property
+    def ranks_short_of_devices(self) -> bool | None:
+        """The process group formed with fewer ranks than the devices the job asked for: the ranks
+        were counted by something other than the Trainer (SLURM's tasks, a launcher's nproc)."""
+        if self.world_size is None or self.devices_requested is None:
+            return None
+        return self.world_size < self.devices_requested
 
 
 # --- micro-tests ------------------------------------------------------------------------------

@@ -70,5 +70,4 @@ def probe(environ: Mapping[str, str] | None = None, *, interactive: bool | None 
     reason = "chosen inside the training script; not visible from the environment"
     launcher.unavailable.setdefault("strategy", reason)
     launcher.unavailable.setdefault("devices_requested", reason)
-    launcher.unavailable.setdefault("ranks_short_of_devices", reason)
     return launcher

@@ -124,9 +124,6 @@ def offline_facts(
     lines = [line.text for line in facts.log.lines or []]
     _stated(facts, texts + ["\n".join(lines)])
     _from_signatures(facts)
-    launcher = facts.launcher
-    if launcher.world_size is not None and launcher.devices_requested is not None:
-        _set(launcher, "ranks_short_of_devices", launcher.world_size < launcher.devices_requested)
     # a report's lines can reach the log too: count each image once
     images = len(
         {m.group(0) for text in [*texts, *(line.text for line in facts.log.lines or [])] for m in _IMAGE.finditer(text)}

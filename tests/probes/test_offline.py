@@ -104,12 +104,7 @@ def test_binary_log_raises_log_error(tmp_path):
         ("`accelerate launch sft_llama2.py --output_dir=sft`", {"kind": "accelerate"}),
         (
             "accelerate launch --num_processes=2 train.py",
-            {"kind": "accelerate", "world_size": 2, "devices_requested": 2, "ranks_short_of_devices": False},
-        ),
-        (
-            # Lightning under SLURM took one task as the world, though four devices were asked for
-            "Fabric(devices=4)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1",
-            {"world_size": 1, "devices_requested": 4, "ranks_short_of_devices": True},
+            {"kind": "accelerate", "world_size": 2, "devices_requested": 2},
         ),
         ("notebook_launcher(train_loop, args, num_processes=4)", {"kind": "accelerate", "devices_requested": 4}),
         (
@@ -129,6 +124,19 @@ def test_launcher_as_stated(text, expected):
     got = {k: v for k, v in launcher.model_dump().items() if v is not None and k not in ("source", "unavailable")}
     assert got == expected
     assert launcher.source == "log"
+
+
+@pytest.mark.parametrize(
+    ("text", "short"),
+    [
+        # Lightning under SLURM took one task as the world, though four devices were asked for
+        ("Fabric(devices=4)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/1", True),
+        ("Fabric(devices=2)\nInitializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2", False),
+        ("Fabric(devices=4)", None),
+    ],
+)
+def test_ranks_short_of_devices_is_derived_from_the_world_and_the_devices(text, short):
+    assert offline_facts(logs=[("log", io.StringIO(text))]).launcher.ranks_short_of_devices is short
 
 
 def test_visible_devices_and_notebooks():
