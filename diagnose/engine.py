@@ -30,6 +30,7 @@ from diagnose.report import (
 )
 from diagnose.rules import (
     SEVERITY_ORDER,
+    AllCheck,
     AnyCheck,
     FactCheck,
     HangCheck,
@@ -304,6 +305,13 @@ def _any(check: AnyCheck, ctx: _Context) -> _Result:
     return _Result(UNKNOWN if UNKNOWN in states else NOT_FIRED)
 
 
+def _all(check: AllCheck, ctx: _Context) -> _Result:
+    states = [_evaluate(c, ctx).state for c in check.all]
+    if NOT_FIRED in states:
+        return _Result(NOT_FIRED)
+    return _Result(UNKNOWN if UNKNOWN in states else FIRED)
+
+
 _EVALUATORS = {
     FactCheck: _fact,
     LogCheck: _log,
@@ -311,6 +319,7 @@ _EVALUATORS = {
     MicrotestCheck: _microtest,
     HangCheck: _hang,
     AnyCheck: _any,
+    AllCheck: _all,
 }
 
 

@@ -44,29 +44,27 @@ class KB:
     def log_literals(self) -> frozenset[str]:
         """The literals the rules' log patterns require: a long log keeps the lines holding one,
         so a rule fires on a 400,000-line log as on a 40-line one."""
-        from diagnose.rules import AnyCheck, LogCheck
+        from diagnose.rules import LogCheck, parts
 
         def walk(checks) -> Iterator[str]:
             for check in checks:
                 if isinstance(check, LogCheck):
                     yield from check.literals or ()
-                elif isinstance(check, AnyCheck):
-                    yield from walk(check.any)
+                yield from walk(parts(check))
 
         return frozenset(lit for rule in self.rules for lit in walk([*rule.when, *rule.evidence]))
 
     @functools.cached_property
     def log_patterns(self) -> Any:
         """Every rule's log patterns as one set, asked once per log which of them match in it."""
-        from diagnose.rules import AnyCheck, LogCheck
+        from diagnose.rules import LogCheck, parts
         from probes.patterns import PatternSet
 
         def walk(checks) -> Iterator[str]:
             for check in checks:
                 if isinstance(check, LogCheck):
                     yield check.log
-                elif isinstance(check, AnyCheck):
-                    yield from walk(check.any)
+                yield from walk(parts(check))
 
         return PatternSet((p for rule in self.rules for p in walk([*rule.when, *rule.evidence])), multiline=True)
 

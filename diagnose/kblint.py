@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from diagnose.contract import Exit
 from diagnose.engine import render_context
 from diagnose.kb import KB
-from diagnose.rules import AnyCheck, FactCheck, LogCheck, Rule
+from diagnose.rules import FactCheck, LogCheck, Rule, parts
 from diagnose.templates import lint_fix
 from probes.facts import Facts, KeyedSection
 from probes.patterns import compile as compile_pattern
@@ -86,9 +86,8 @@ def _patterns(rule: Rule) -> list[str]:
     out, stack = [], [*rule.when, *rule.evidence]
     while stack:
         check = stack.pop()
-        if isinstance(check, AnyCheck):
-            stack.extend(check.any)
-        elif isinstance(check, LogCheck):
+        stack.extend(parts(check))
+        if isinstance(check, LogCheck):
             out.append(check.log)
         elif isinstance(check, FactCheck) and check.fact in GPU_NAME_FACTS and check.regex is not None:
             out.append(check.regex.pattern)

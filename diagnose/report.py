@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from probes.facts import Facts, ProbeError, Skipped
 
 # Bump the minor for additive changes, the major when a consumer would misread old data.
-REPORT_SCHEMA_VERSION = "1.2"
+REPORT_SCHEMA_VERSION = "1.3"
 
 Confidence = Literal["high", "medium", "low"]
 CheckState = Literal["fired", "not_fired", "unknown"]
@@ -28,7 +28,7 @@ class _Shared(_Model):
 
 
 class EvidenceItem(_Shared):
-    kind: Literal["fact", "log", "signature", "microtest", "hang", "any"]
+    kind: Literal["fact", "log", "signature", "microtest", "hang", "any", "all"]
     what: str  # the fact path, pattern, signature id, micro-test or hang pattern
     expected: str
     observed: Any = None

@@ -312,7 +312,32 @@ class AnyCheck(_Check):
     need = cached_property(lambda self: " or ".join(dict.fromkeys(c.need for c in self.any)))
 
 
-CHECK_KINDS = ("fact", "log", "signature", "microtest", "hang", "any")
+class AllCheck(_Check):
+    """A conjunction that weighs once: evidence that means something only with another (a
+    message every single-node run prints, on a report about several nodes)."""
+
+    all: list[Check] = Field(min_length=2)
+    display = cached_property(lambda self: ("all", " & ".join(c.display[1] for c in self.all), "all of these hold"))
+    need = cached_property(lambda self: " and ".join(dict.fromkeys(c.need for c in self.all)))
+
+    @field_validator("all")
+    @classmethod
+    def _flat(cls, checks: list[Check]) -> list[Check]:
+        if any(isinstance(c, (AnyCheck, AllCheck)) for c in checks):
+            raise ValueError("an 'all' group holds plain checks, not other groups")
+        return checks
+
+
+def parts(check: Any) -> list[Any]:
+    """The checks inside a group ('any', 'all'); none for a plain check."""
+    if isinstance(check, AnyCheck):
+        return check.any
+    if isinstance(check, AllCheck):
+        return check.all
+    return []
+
+
+CHECK_KINDS = ("fact", "log", "signature", "microtest", "hang", "any", "all")
 
 
 def _kind(value: Any) -> str | None:
@@ -329,7 +354,8 @@ Check = Annotated[
     | Annotated[SignatureCheck, Tag("signature")]
     | Annotated[MicrotestCheck, Tag("microtest")]
     | Annotated[HangCheck, Tag("hang")]
-    | Annotated[AnyCheck, Tag("any")],
+    | Annotated[AnyCheck, Tag("any")]
+    | Annotated[AllCheck, Tag("all")],
     Discriminator(
         _kind,
         custom_error_type="check_kind",
@@ -337,6 +363,7 @@ Check = Annotated[
     ),
 ]
 AnyCheck.model_rebuild()
+AllCheck.model_rebuild()
 
 
 class Fix(_Strict):

@@ -96,6 +96,21 @@ def test_min_score_keeps_weak_hints_out():
     assert not evaluate(with_log("hint"), kb(r)).findings
 
 
+def test_an_all_group_weighs_once_and_only_when_every_part_holds():
+    both = {"all": [{"fact": "gpus.count", "ge": 2}, {"log": "hostfile"}], "weight": 3}
+    r = rule(evidence=[both], min_score=3)
+    assert [f.score for f in evaluate(Facts(gpus=gpus("A", "B"), log=with_log("no hostfile").log), kb(r)).findings] == [
+        3
+    ]
+    # one part false: the group is false, whatever the other
+    assert not evaluate(Facts(gpus=gpus("A"), log=with_log("no hostfile").log), kb(r)).findings
+    # one part unknown and none false: not checked, not ruled out
+    report = evaluate(with_log("no hostfile"), kb(r))
+    assert not report.findings and not report.ruled_out
+    with pytest.raises(ValidationError, match="plain checks"):
+        rule(evidence=[{"all": [{"log": "a"}, {"any": [{"log": "b"}]}]}])
+
+
 def test_list_facts_match_any_element_and_regex():
     r = rule(evidence=[{"fact": "gpus.devices.name", "matches": "(?i)rtx 3090"}])
     assert evaluate(Facts(gpus=gpus("A100", "NVIDIA GeForce RTX 3090")), kb(r)).findings
