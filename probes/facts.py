@@ -376,7 +376,8 @@ class GpuLink(_Model):
 # as "RTX 6000 Ada" or "RTX A6000" have no such word. For a model kb/tables/gpus.yaml lacks.
 _CONSUMER_GPU = re.compile(r"GeForce|TITAN", re.IGNORECASE)
 # a log line names a GPU only in a sentence about GPUs; "L4" or "T4" elsewhere is something else
-_GPU_WORDS = ("gpu", "nvidia", "geforce", "tesla", "rtx", "gtx", "cuda", "card", "显卡")
+# "卡" is a card in 多卡, 单卡, 显卡, 一张卡
+_GPU_WORDS = ("gpu", "nvidia", "geforce", "tesla", "rtx", "gtx", "cuda", "card", "卡")
 
 
 def _models_in_lines(lines: list[Any]) -> tuple[tuple[str, None], ...]:

@@ -81,6 +81,12 @@ _TORCH_STATED = _linear(
     r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v)?"
     r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|$)"
 )
+# the driver and torch's CUDA told in prose ("my driver is 470.82", "驱动版本 535", "built with cu121")
+_DRIVER_STATED = _linear(
+    r"(?i)(?:\b(?:nvidia|gpu)?\s*driver|驱动)(?:\s*(?:version|版本))?\s*(?:is|=|:|：|是|为|of)?\s*v?"
+    r"(?P<v>[3-9]\d{2}(?:\.\d{1,3}){0,2})(?:[^\w.]|$)"
+)
+_CUDA_TAG_STATED = _linear(r"(?i)(?:\b|\+)cu(?P<major>1[0-3]|9)(?P<minor>\d)\b")
 # an image pasted in a Markdown report (a screenshot of the error), or an image link
 _IMAGE = _linear(
     r"!\[[^\]\n]*\]\(\s*\S+|<img\s[^>\n]*src=|\bhttps?://\S+\.(?:png|jpe?g|gif|webp)\b|user-images\.githubusercontent\.com/"
@@ -238,6 +244,14 @@ def _stated(facts: Facts, texts: list[str]) -> None:
         stated = next((m.group("v") for text in texts if (m := _TORCH_STATED.search(text))), None)
         if stated:  # read as a report's own line would be, so the CUDA tag counts the same
             _merge(facts, _relabelled(parse_report(f"PyTorch version: {stated}", "stated"), "log"))
+    if facts.torch.cuda is None:
+        tag = next((m for text in texts if (m := _CUDA_TAG_STATED.search(text))), None)
+        if tag:
+            _set(facts.torch, "cuda", f"{tag.group('major')}.{tag.group('minor')}")
+    if facts.driver.version is None:
+        driver = next((m.group("v") for text in texts if (m := _DRIVER_STATED.search(text))), None)
+        if driver:
+            _merge(facts, _relabelled(parse_report(f"Nvidia driver version: {driver}", "stated"), "log"))
 
 
 def _from_signatures(facts: Facts) -> None:
