@@ -247,6 +247,23 @@ def test_a_torch_release_stated_in_prose_is_the_torch_version():
     assert offline_facts(logs=[("log", ["torch==2.0.1+cu118\n"])]).torch.cuda == "11.8"
 
 
+def test_the_driver_and_torchs_cuda_stated_in_prose():
+    def facts(text: str):
+        return offline_facts(logs=[("log", [text + "\n"])])
+
+    stated = facts("my driver is 470.82 and torch is built with cu121")
+    assert (stated.driver.version, stated.torch.cuda) == ("470.82", "12.1")
+    assert facts("驱动版本 450.80.02，torch是cu118的").driver.version == "450.80.02"
+    assert facts("pip install torch --index-url https://download.pytorch.org/whl/cu118").torch.cuda == "11.8"
+    # numbers near the word that are no driver release, and tags that are no CUDA build
+    for text in ("the driver crashed after 300 steps on 8 GPUs", "driver 2.1", "a cu12 fan", "cuda 11"):
+        got = facts(text)
+        assert got.driver.version is None and got.torch.cuda is None, text
+    # a report's own field wins over prose
+    both = offline_facts(reports=[("r", "Nvidia driver version: 535.104.05\n")], logs=[("log", ["driver 470.82\n"])])
+    assert both.driver.version == "535.104.05"
+
+
 def test_images_in_a_report_are_said_to_be_unread():
     text = 'the error is below\n![image](https://user-images.githubusercontent.com/1/2.png)\n<img src="x.png">\n'
     skipped = offline_facts(reports=[("r", text)], logs=[("log", text.splitlines(True))]).skipped
