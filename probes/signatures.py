@@ -9,7 +9,8 @@ id (``{signature: ID}``) and to symptoms in ``explains``.
 The reader looks only at lines that hold a literal every match of some pattern must contain
 (``probes.prefilter.required_literals``); a pattern without such a literal needs ``anchors``
 (lowercase strings, one of which each matching line holds), so no signature is ever skipped
-silently. Every signature proves itself with ``examples`` (``match`` lines it must recognise,
+silently. ``unless`` patterns veto a match on their line (a library's warning that a hang may
+follow is no hang told). Every signature proves itself with ``examples`` (``match`` lines it must recognise,
 ``no_match`` lines it must not), run by ``diagnose kb test`` and the test suite.
 """
 
@@ -81,10 +82,13 @@ class SignatureDef(_Strict):
     symptoms: list[str] = Field(default_factory=list)
     patterns: list[str] = Field(min_length=1)
     fields: list[str] = Field(default_factory=list)  # searched on a matching line for more groups
+    # a line these match is not this signature's, though a pattern matches it: a library's
+    # warning that a hang *may* follow is no hang told
+    unless: list[str] = Field(default_factory=list)
     anchors: list[str] = Field(default_factory=list)
     examples: Examples
 
-    @field_validator("patterns", "fields")
+    @field_validator("patterns", "fields", "unless")
     @classmethod
     def _regexes(cls, values: list[str]) -> list[str]:
         for value in values:
@@ -116,6 +120,10 @@ class SignatureDef(_Strict):
         return tuple(_compile(f) for f in self.fields)
 
     @functools.cached_property
+    def compiled_unless(self) -> tuple[Any, ...]:
+        return tuple(_compile(u) for u in self.unless)
+
+    @functools.cached_property
     def literals(self) -> tuple[str, ...]:
         """Lowercase strings one of which every line this signature matches contains."""
         if self.anchors:
@@ -129,6 +137,8 @@ class SignatureDef(_Strict):
         for pattern in self.compiled:
             m = pattern.search(line)
             if m:
+                if any(u.search(line) for u in self.compiled_unless):
+                    return None
                 data = {k: v.strip() for k, v in m.groupdict().items() if v is not None}
                 for extra in self.compiled_fields:
                     f = extra.search(line)
