@@ -10,8 +10,8 @@ The reader looks only at lines that hold a literal every match of some pattern m
 (``probes.prefilter.required_literals``); a pattern without such a literal needs ``anchors``
 (lowercase strings, one of which each matching line holds), so no signature is ever skipped
 silently. ``unless`` patterns veto a match on their line (a library's warning that a hang may
-follow is no hang told). Every signature proves itself with ``examples`` (``match`` lines it must recognise,
-``no_match`` lines it must not), run by ``diagnose kb test`` and the test suite.
+follow is no hang told). Every signature proves itself with ``examples`` (``match`` lines it
+must recognise, ``no_match`` lines it must not), run by ``diagnose kb test`` and the test suite.
 """
 
 from __future__ import annotations
