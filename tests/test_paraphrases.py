@@ -1,6 +1,8 @@
 """One plain sentence per cause, in English and Chinese (tests/fixtures/paraphrases/): each ranks
 its cause first. The held cases measure the tool on real reports; these keep the rarer causes
-reachable in a user's own short words, where a batch of new reports may hold one or none."""
+reachable in a user's own short words, where a batch of new reports may hold one or none. The
+training frameworks' own messages (framework_messages.yaml, read from their source) rank theirs
+first alone, and the lines their healthy runs print show no symptom."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import yaml
 from diagnose import diagnose_text
 from diagnose.kb import load_kb
 
-SENTENCES = yaml.safe_load((Path(__file__).parent / "fixtures" / "paraphrases" / "sentences.yaml").read_text("utf-8"))[
-    "sentences"
-]
+FIXTURES = Path(__file__).parent / "fixtures" / "paraphrases"
+SENTENCES = yaml.safe_load((FIXTURES / "sentences.yaml").read_text("utf-8"))["sentences"]
+FRAMEWORK_MESSAGES = yaml.safe_load((FIXTURES / "framework_messages.yaml").read_text("utf-8"))["messages"]
 
 
 def _param(item: dict) -> object:
@@ -33,3 +35,14 @@ def test_every_shipped_cause_of_the_list_has_a_sentence():
     shipped = {rule.id for rule in load_kb().rules}
     missing = sorted((causes & shipped) - {item["cause"] for item in SENTENCES})
     assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    ("cause", "text"), [pytest.param(m["cause"], m["text"], id=m["text"][:50]) for m in FRAMEWORK_MESSAGES]
+)
+def test_a_training_frameworks_own_message_ranks_its_cause_first(cause, text):
+    report = diagnose_text(log=text)
+    if cause is None:  # printed by healthy runs too
+        assert not report.symptoms, [s.id for s in report.symptoms]
+    else:
+        assert report.findings and report.findings[0].id == cause, [f.id for f in report.findings[:3]]
