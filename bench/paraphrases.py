@@ -1,0 +1,65 @@
+"""The written reports: short bug reports, four per cause of causes.yaml in each set, written
+blind (by someone who read only the cause list, never the rules) in a user's words: a plain
+description, a terse or misspelt one, one in Chinese (a few in Japanese or Korean) and one led by
+a pasted log. They measure how the reader takes wordings no real case held yet.
+
+Set A is the development set: its misses may guide general fixes (vocabulary, library messages),
+never a pattern copied from its text. Set B is held out: it is scored, not read. The blind
+scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
+keeps a floor under both.
+
+    python bench/paraphrases.py              # shares per set and per language
+    python bench/paraphrases.py --misses a   # set A's misses: cause, rank, first three findings
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from diagnose import diagnose_text  # noqa: E402
+from diagnose.kb import load_kb  # noqa: E402
+
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in ("a", "b")}
+
+
+def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:
+    """Each report with the rank of its cause among the findings (None: not a finding)."""
+    kb, out = load_kb(), []
+    for report in yaml.safe_load(path.read_text("utf-8"))["reports"]:
+        ids = [f.id for f in diagnose_text(log=report["text"], kb=kb).findings]
+        out.append((report, ids.index(report["cause"]) + 1 if report["cause"] in ids else None, ids[:3]))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--misses", choices=sorted(SETS), help="list one set's misses")
+    args = parser.parse_args()
+    if args.misses:
+        for i, (report, rank, top) in enumerate(ranks(SETS[args.misses])):
+            if rank != 1:
+                print(f"{i:4} {report['cause']:34} {report.get('lang', '?'):3} {rank or '-':>2}  {', '.join(top)}")
+        return
+    print(f"{'set':4} {'lang':5} {'n':>4} {'first':>6} {'top 3':>6} {'none':>5}")
+    for name, path in SETS.items():
+        groups: dict[str, list] = defaultdict(list)
+        for report, rank, top in ranks(path):
+            groups["all"].append((rank, top))
+            groups[report.get("lang", "?")].append((rank, top))
+        for lang, rows in sorted(groups.items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            n = len(rows)
+            first = sum(r == 1 for r, _ in rows) / n
+            top3 = sum(r is not None and r <= 3 for r, _ in rows) / n
+            print(f"{name:4} {lang:5} {n:4} {first:6.0%} {top3:6.0%} {sum(not t for _, t in rows):5}")
+
+
+if __name__ == "__main__":
+    main()
