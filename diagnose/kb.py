@@ -226,6 +226,13 @@ def _folders(extra: Any) -> list[Path]:
 
 def load_kb(extra: list[str | Path] | tuple = (), *, shipped: bool = True) -> KB:
     """The shipped rules plus every ``*.yaml`` under each extra folder; all-or-nothing."""
+    from probes.signatures import CatalogError
+    from probes.signatures import shipped as shipped_catalog
+
+    try:  # every rule names its symptoms and signatures from it: a broken one is said once
+        shipped_catalog()
+    except CatalogError as exc:
+        raise KBError(exc.problems) from None
     roots = ([shipped_kb_dir()] if shipped else []) + _folders(extra)
     rules: list[Rule] = []
     files: dict[str, Path] = {}

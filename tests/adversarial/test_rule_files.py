@@ -58,3 +58,22 @@ def test_one_folder_as_a_string_or_bytes_is_one_folder(tmp_path: Path) -> None:
 def test_other_types_are_a_clear_type_error(given: object) -> None:
     with pytest.raises(TypeError, match="rule folder"):
         load_kb(given, shipped=False)
+
+
+def test_a_broken_signature_is_one_problem_not_one_per_rule(tmp_path: Path, monkeypatch) -> None:
+    import shutil
+
+    import probes.signatures as signatures
+
+    root = tmp_path / "kb"
+    shutil.copytree(signatures.kb_dir(), root)
+    catalog = root / "signatures" / "nccl.yaml"
+    catalog.write_text(catalog.read_text("utf-8").replace("patterns:\n", "patterns:\n  - '(?P<broken'\n", 1), "utf-8")
+    monkeypatch.setattr(signatures, "kb_dir", lambda: root)
+    signatures.shipped.cache_clear()
+    try:
+        with pytest.raises(KBError) as caught:
+            load_kb()
+    finally:
+        signatures.shipped.cache_clear()
+    assert len(caught.value.problems) == 1 and str(catalog) in caught.value.problems[0]
