@@ -79,7 +79,12 @@ _GPU_AVAILABLE = _linear(r"^GPU available: (True|False)\b", multiline=True)
 # "pytorch版本2.0.1"; not a requirement (">=", "<") nor torchvision/torchaudio/pytorch-lightning
 _TORCH_STATED = _linear(
     r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v)?"
-    r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|$)"
+    r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|\.(?:\W|$)|$)"
+)
+# Lightning told the same way ("Lightning 2.1.0", "pytorch_lightning==1.9.4", "PyTorch Lightning 1.8")
+_LIGHTNING_STATED = _linear(
+    r"(?i)(?:^|[^\w.>=<-])(?P<name>pytorch[ _-]lightning|lightning)(?:\s*(?:version|版本)\s*)?"
+    r"(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v)(?P<v>\d+\.\d+(?:\.\d+)?)(?:[^\w.]|\.(?:\W|$)|$)"
 )
 # the driver and torch's CUDA told in prose ("my driver is 470.82", "驱动版本 535", "built with cu121")
 _DRIVER_STATED = _linear(
@@ -244,6 +249,11 @@ def _stated(facts: Facts, texts: list[str]) -> None:
         stated = next((m.group("v") for text in texts if (m := _TORCH_STATED.search(text))), None)
         if stated:  # read as a report's own line would be, so the CUDA tag counts the same
             _merge(facts, _relabelled(parse_report(f"PyTorch version: {stated}", "stated"), "log"))
+    if not {"lightning", "pytorch-lightning"} & set(facts.packages.values):
+        m = next((m for text in texts if (m := _LIGHTNING_STATED.search(text))), None)
+        if m:
+            name = "lightning" if m.group("name").lower() == "lightning" else "pytorch-lightning"
+            _merge(facts, _relabelled(parse_report(f"{name}=={m.group('v')}", "stated"), "log"))
     if facts.torch.cuda is None:
         tag = next((m for text in texts if (m := _CUDA_TAG_STATED.search(text))), None)
         if tag:

@@ -111,6 +111,11 @@ _GPU_WORDS = re.compile(
 )
 # a bare "L4" or "A10" in prose is a block, a layer or a paper section unless the line is about GPUs
 _GPU_CONTEXT = re.compile(r"(?i)nvidia|geforce|\brtx|\bgtx|tesla|quadro|titan|\bgpus?\b|显卡|卡")
+# two GPU models joined in one machine: "3090 + 2080 Ti", "A100 & V100", "next to", "alongside", 混插
+_GPUS_TOGETHER = re.compile(
+    r"(?i)(?:\bti|\d|gb)\s*[+&]\s*(?:\d+\s*[x×]\s*)?(?:nvidia |geforce |rtx |gtx |tesla |titan |quadro )?[a-z]{0,2}\s?\d"
+    r"|\bnext to\b|\balongside\b|\btogether with\b|\bpaired with\b|混插|混用|混搭"
+)
 _GPU_COUNT = re.compile(
     r"(?i)^(?:(?P<pre>\d+)\s*(?:[x×*]\s*|gpus?\s+(?:of\s+)?)?(?=\D)|(?P<word>single|one|dual|two|quad|four|eight)\s+)?"
     r"(?P<name>.+?)(?:(?:\s+[x×*]\s*|\s*[×*]\s*)(?P<post>\d+)|\s*\((?P<paren>\d+)\))?\s*(?:gpus?|cards?)?$"
@@ -240,12 +245,14 @@ class _Parser:
             self.key_value(kv.group("key"), kv.group("value"))
         elif _GPU_WORDS.search(body) and _GPU_CONTEXT.search(body):
             # a sentence that names one model ("使用两台NVIDIA A100-SXM4-80GB GPU"); one that names
-            # two is a comparison ("with 3090 everything is fine"), not this job's hardware
+            # two is a comparison ("with 3090 everything is fine"), not this job's hardware, unless
+            # it joins them ("RTX 3090 + RTX 2080 Ti", "a Titan Xp next to the 4090", 混插)
             from probes.tables import shipped
 
             named = shipped().models_in(body)
-            if len(named) == 1 and named[0] not in self.found.named_gpus:
-                self.found.named_gpus.append(named[0])
+            if len(named) > 1 and not _GPUS_TOGETHER.search(body):
+                named = ()
+            self.found.named_gpus.extend(n for n in named if n not in self.found.named_gpus)
 
     # --- whole-line formats ---------------------------------------------------------------
 

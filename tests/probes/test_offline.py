@@ -236,6 +236,7 @@ def test_a_torch_release_stated_in_prose_is_the_torch_version():
     assert stated("fsdp2 train report error when torch=2.5.1") == "2.5.1"
     assert stated("- Training framework: PyTorch 2.7.1+cu128") == "2.7.1+cu128"
     assert stated("pytorch版本2.0.1，单机多卡") == "2.0.1"
+    assert stated("Our cluster module still provides torch 1.13.1. Training steps run fine") == "1.13.1"
     # requirements and other packages are no statement of the installed torch
     for text in ("needs torch>=2.4", "torchvision 0.15.2", "pytorch-lightning 1.9.0", "lightning.pytorch 2.1.0"):
         assert stated(text) is None, text
@@ -245,6 +246,27 @@ def test_a_torch_release_stated_in_prose_is_the_torch_version():
     )
     assert facts.torch.version == "2.1.0+cu121"
     assert offline_facts(logs=[("log", ["torch==2.0.1+cu118\n"])]).torch.cuda == "11.8"
+
+
+def test_lightning_stated_in_prose_is_the_installed_package():
+    def packages(text: str) -> dict[str, str]:
+        return offline_facts(logs=[("log", [text + "\n"])]).packages.values
+
+    assert packages("Lightning 2.1.0, strategy='fsdp', 4x A100.")["lightning"] == "2.1.0"
+    assert packages("PyTorch Lightning 1.8.6 with DDP")["pytorch-lightning"] == "1.8.6"
+    assert packages("pytorch_lightning==1.9.4")["pytorch-lightning"] == "1.9.4"
+    for text in ("lightning>=2.0", "lightning.pytorch 2.1.0 namespace", "Lightning Trainer hangs"):
+        assert not {"lightning", "pytorch-lightning"} & set(packages(text)), text
+
+
+def test_a_line_that_joins_two_gpu_models_names_both():
+    def models(text: str) -> list[str] | None:
+        return offline_facts(logs=[("log", [text + "\n"])]).gpus.models
+
+    assert models("DDP on an RTX 3090 + RTX 2080 Ti box is slower") == ["GeForce RTX 3090", "GeForce RTX 2080 Ti"]
+    assert models("after adding my old titan xp next to the 4090 gpu") == ["GeForce RTX 4090", "TITAN Xp"]
+    # two models compared are not this job's hardware
+    assert models("with 3090 everything is fine but the A100 gpu hangs") is None
 
 
 def test_the_driver_and_torchs_cuda_stated_in_prose():
