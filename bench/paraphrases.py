@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from diagnose import diagnose_text  # noqa: E402
 from diagnose.kb import load_kb  # noqa: E402
 
-SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in ("a", "b")}
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in ("a", "b", "c", "d")}
 
 
 def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:

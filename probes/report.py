@@ -110,11 +110,13 @@ _GPU_WORDS = re.compile(
     r"GH\d{3}|GB\d{3}|[1-5]0[5-9]0(?:\s?ti)?)\b"
 )
 # a bare "L4" or "A10" in prose is a block, a layer or a paper section unless the line is about GPUs
-_GPU_CONTEXT = re.compile(r"(?i)nvidia|geforce|\brtx|\bgtx|tesla|quadro|titan|\bgpus?\b|显卡|卡")
-# two GPU models joined in one machine: "3090 + 2080 Ti", "A100 & V100", "next to", "alongside", 混插
+# ("2080 Ti": only a GeForce is a Ti)
+_GPU_CONTEXT = re.compile(r"(?i)nvidia|geforce|\brtx|\bgtx|tesla|quadro|titan|\bgpus?\b|\b\d{3,4} ?ti\b|显卡|卡")
+# two GPU models joined in one machine: "3090 + 2080 Ti", "A100 & V100", "next to", "in the same box", 混插
 _GPUS_TOGETHER = re.compile(
     r"(?i)(?:\bti|\d|gb)\s*[+&]\s*(?:\d+\s*[x×]\s*)?(?:nvidia |geforce |rtx |gtx |tesla |titan |quadro )?[a-z]{0,2}\s?\d"
     r"|\bnext to\b|\balongside\b|\btogether with\b|\bpaired with\b|混插|混用|混搭"
+    r"|\b(?:in|on) (?:the )?same (?:machine|box|server|node|host|computer|pc|workstation)\b|同一(?:台|个)(?:机器|服务器|主机)"
 )
 _GPU_COUNT = re.compile(
     r"(?i)^(?:(?P<pre>\d+)\s*(?:[x×*]\s*|gpus?\s+(?:of\s+)?)?(?=\D)|(?P<word>single|one|dual|two|quad|four|eight)\s+)?"

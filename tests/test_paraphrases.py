@@ -4,7 +4,9 @@ reachable in a user's own short words, where a batch of new reports may hold one
 training frameworks' own messages (framework_messages.yaml, read from their source) rank theirs
 first alone, and the lines their healthy runs print show no symptom. The written reports
 (reports-a.yaml, reports-b.yaml: four per cause, written blind; bench/paraphrases.py) keep a
-floor under their shares."""
+floor under their shares, and so do the symptom phrases (phrases.yaml: users' words for ten
+symptoms and sentences that name none, written blind; even-indexed ones guided fixes, odd-indexed
+ones are held out)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,17 @@ FRAMEWORK_MESSAGES = yaml.safe_load((FIXTURES / "framework_messages.yaml").read_
 # the share of each set's reports whose cause ranks first: the score after the last round that
 # changed rules, less a margin of two reports (bench/paraphrases.csv has the history)
 REPORT_FLOORS = {"a": 0.83, "b": 0.72}
+PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
+# the symptom ids (by prefix) a phrase of each kind must show; "works_single" is a contrast that
+# no symptom names, read by the signatures of one GPU working and several failing
+PHRASE_SYMPTOMS = {
+    "hang": ("hang",), "hang_init": ("hang",), "timeout": ("timeout",), "gpu_oom": ("oom",), "host_oom": ("oom",),
+    "gpu0_extra": ("oom", "gpus-missing"), "one_gpu_used": ("gpus-missing",), "slow": ("slow",), "crash": ("crash",),
+}  # fmt: skip
+# shares of the phrases recognised (development half, held-out half) and of the sentences that
+# name no failure yet show a symptom: the scores after the last round, less a margin
+PHRASE_FLOORS = {"dev": 0.68, "held": 0.56}
+NEGATIVE_CEILINGS = {"dev": 0, "held": 7}
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +81,35 @@ def test_the_written_reports_keep_their_floor(kb, name):
             misses.append(report["cause"])
     share = 1 - len(misses) / len(reports)
     assert share >= REPORT_FLOORS[name], (f"{share:.0%} first", sorted(misses))
+
+
+def _half(items: list, half: str) -> list:
+    return [x for i, x in enumerate(items) if (i % 2 == 0) == (half == "dev")]
+
+
+@pytest.mark.parametrize("half", sorted(PHRASE_FLOORS))
+def test_symptom_phrases_keep_their_floor(kb, half):
+    misses, total = [], 0
+    for kind, langs in PHRASES["symptoms"].items():
+        for phrase in (p for phrases in langs.values() for p in _half(phrases, half)):
+            total += 1
+            report = diagnose_text(log=phrase, kb=kb)
+            if kind in PHRASE_SYMPTOMS:
+                seen = any(s.id.startswith(PHRASE_SYMPTOMS[kind]) for s in report.symptoms)
+            else:
+                seen = any(s.id == "user_multi_gpu_only" for s in report.facts.log.signatures or [])
+            if not seen:
+                misses.append(kind)
+    share = 1 - len(misses) / total
+    assert share >= PHRASE_FLOORS[half], (f"{share:.0%} recognised", sorted(misses))
+
+
+@pytest.mark.parametrize("half", sorted(NEGATIVE_CEILINGS))
+def test_sentences_that_name_no_failure_show_no_symptom(kb, half):
+    shown = [
+        sentence
+        for sentences in PHRASES["negatives"].values()
+        for sentence in _half(sentences, half)
+        if diagnose_text(log=sentence, kb=kb).symptoms
+    ]
+    assert len(shown) <= NEGATIVE_CEILINGS[half], shown
