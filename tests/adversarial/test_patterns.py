@@ -53,7 +53,7 @@ def test_flags_and_groups() -> None:
 
 
 SHIPPED = Path(__file__).resolve().parents[2] / "kb" / "devices" / "hook-device-mismatch.yaml"
-FIRST_LOG = "accelerate[/\\\\]hooks\\.py|AlignDeviceHook|add_hook_to_module|_old_forward"
+FIRST_LOG = "accelerate[/\\\\]hooks\\.py|\\baccelerate(?:.s)? hooks\\b|AlignDeviceHook|add_hook_to_module|_old_forward"
 
 
 def _rule(folder: Path, log: str) -> tuple[Path, int]:
