@@ -49,6 +49,8 @@ _ULTRALYTICS_TORCH = re.compile(
 )
 _ULTRALYTICS_GPU = re.compile(r"\bCUDA:(?P<index>\d+) \((?P<name>[^,()]+), (?P<mib>\d+(?:\.\d+)?) ?Mi?B\)")
 _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>GPU-[\w-]+)\))?\s*$")
+# several on one line, as a report's bullet sums them up: "- GPU 0: NVIDIA GeForce RTX 3090, GPU 1: ..."
+_GPU_IN_LIST = re.compile(r"\bGPU (?P<index>\d+): (?P<name>[^,;|]+?)\s*(?=[,;|]\s*GPU \d+:|$)")
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
 _CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[\w.+!-]+)\s*$")
@@ -323,6 +325,11 @@ class _Parser:
         for m in gpus:
             f.device(int(m.group("index")), name=m.group("name").strip(), memory_total_mib=float(m.group("mib")))
         if banner or gpus:
+            return True
+        listed = list(_GPU_IN_LIST.finditer(line.strip().lstrip("-*• ")))
+        if len(listed) > 1 and listed[0].start() == 0:
+            for m in listed:
+                f.device(int(m.group("index")), name=m.group("name").strip())
             return True
         m = _GPU_LINE.match(line)
         if m:

@@ -96,6 +96,14 @@ def test_free_form_bullets():
     assert f.torch.cuda is None
 
 
+def test_several_gpus_listed_on_one_bullet():
+    f = parse_report("- GPU 0: NVIDIA GeForce RTX 3090, GPU 1: NVIDIA GeForce RTX 2080 Ti\n", "r")
+    assert f.gpus.models == ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 2080 Ti"]
+    # one GPU per line, as nvidia-smi -L prints them, keeps its UUID
+    one = parse_report("GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-12ab)\n", "r")
+    assert one.gpus.models == ["NVIDIA A100-SXM4-80GB"] and one.gpus.devices[0].uuid == "GPU-12ab"
+
+
 def test_short_bullets():
     f = report("lightning_bullets_short.txt")
     assert f.packages.values == {"pytorch-lightning": "1.8.3.post1", "torch": "1.10.1+cu113"}
