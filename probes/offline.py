@@ -215,12 +215,15 @@ def _stated(facts: Facts, texts: list[str]) -> None:
             m = pattern.search(text)
             if m:
                 _set(launcher, field_name, int(next(g for g in m.groups() if g is not None)))
-        for pattern in _STRATEGY:
-            m = pattern.search(text)
-            if m:
-                strategy = _STRATEGY_CLASS[m.group("cls")] if "cls" in m.groupdict() else m.group("s")
-                _set(launcher, "strategy", strategy.lower())
-                break
+        # a text that names two strategies compares them ("switching from strategy='ddp' to
+        # strategy='fsdp'"): which one failed is not said, so neither is taken
+        named = {
+            (_STRATEGY_CLASS[m.group("cls")] if "cls" in m.groupdict() else m.group("s")).lower()
+            for pattern in _STRATEGY
+            for m in pattern.finditer(text)
+        }
+        if len(named) == 1:
+            _set(launcher, "strategy", named.pop())
         for pattern in _DEVICES:
             m = pattern.search(text)
             if m:

@@ -248,6 +248,15 @@ def test_a_torch_release_stated_in_prose_is_the_torch_version():
     assert offline_facts(logs=[("log", ["torch==2.0.1+cu118\n"])]).torch.cuda == "11.8"
 
 
+def test_two_strategies_named_leave_the_strategy_unknown():
+    def strategy(text: str) -> str | None:
+        return offline_facts(logs=[("log", [text + "\n"])]).launcher.strategy
+
+    assert strategy('Trainer(strategy="fsdp", devices=4)') == "fsdp"
+    # a switch compares them: which one failed is not said
+    assert strategy('Switching from strategy="ddp" to strategy="fsdp" fails at the first save') is None
+
+
 def test_lightning_stated_in_prose_is_the_installed_package():
     def packages(text: str) -> dict[str, str]:
         return offline_facts(logs=[("log", [text + "\n"])]).packages.values
