@@ -1,15 +1,18 @@
-"""The written reports: short bug reports, four per cause of causes.yaml in each set, written
-blind (by someone who read only the cause list, never the rules) in a user's words: a plain
-description, a terse or misspelt one, one in Chinese (a few in Japanese or Korean) and one led by
-a pasted log. They measure how the reader takes wordings no real case held yet.
+"""The written reports: short bug reports per cause of causes.yaml, written blind (by someone who
+read only the cause list, never the rules) in a user's words. Sets A and B (four per cause): a
+plain description, a terse or misspelt one, one in Chinese (a few in Japanese or Korean) and one
+led by a pasted log; sets C and D (three per cause, a second writer): a downstream repository's
+issue template with a partial environment and log, the same in Chinese, Japanese or Korean, and a
+short vague one. They measure how the reader takes wordings no real case held yet.
 
-Set A is the development set: its misses may guide general fixes (vocabulary, library messages),
-never a pattern copied from its text. Set B is held out: it is scored, not read. The blind
-scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
-keeps a floor under both.
+A and C are development sets: their misses may guide general fixes (vocabulary, library
+messages), never a pattern copied from their text. B and D are held out: scored, not read. The
+blind scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
+keeps a floor under each set, and under the symptom phrases (``bench/phrases.csv``), whose shares
+its assertion messages print.
 
     python bench/paraphrases.py              # shares per set and per language
-    python bench/paraphrases.py --misses a   # set A's misses: cause, rank, first three findings
+    python bench/paraphrases.py --misses a   # a development set's misses: cause, rank, first three findings
 """
 
 from __future__ import annotations

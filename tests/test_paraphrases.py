@@ -25,10 +25,11 @@ FRAMEWORK_MESSAGES = yaml.safe_load((FIXTURES / "framework_messages.yaml").read_
 # changed rules, less a margin of two reports (bench/paraphrases.csv has the history)
 REPORT_FLOORS = {"a": 0.93, "b": 0.75, "c": 0.88, "d": 0.81}
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
-# the symptom ids (by prefix) a phrase of each kind must show; "works_single" is a contrast that
+# the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
+# which SIGKILL says without naming the OOM killer); "works_single" is a contrast that
 # no symptom names, read by the signatures of one GPU (or node) working and several failing
 PHRASE_SYMPTOMS = {
-    "hang": ("hang",), "hang_init": ("hang",), "timeout": ("timeout",), "gpu_oom": ("oom",), "host_oom": ("oom",),
+    "hang": ("hang",), "hang_init": ("hang",), "timeout": ("timeout",), "gpu_oom": ("oom",), "host_oom": ("oom", "crash.rank-exited"),
     "gpu0_extra": ("oom", "gpus-missing"), "one_gpu_used": ("gpus-missing",), "slow": ("slow",), "crash": ("crash",),
 }  # fmt: skip
 # shares of the phrases recognised (development half, held-out half) and of the sentences that
