@@ -741,7 +741,7 @@ class Log(Section):
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
-        "ends_out_of_data", "mentions_gpu", "backend",
+        "ends_out_of_data", "mentions_gpu", "backend", "ranks_vs_visible",
     )  # fmt: skip
 
     @property
@@ -804,6 +804,22 @@ class Log(Section):
             and s.data.get("worker_count", "").isdigit()
         ]  # fmt: skip
         return any(workers > world for world, workers in counts) if counts else None
+
+    @property
+    def ranks_vs_visible(self) -> str | None:
+        """How the processes a command line starts compare with the GPUs its CUDA_VISIBLE_DEVICES
+        leaves (``CUDA_VISIBLE_DEVICES=1,3 accelerate launch --num_processes=2``): "equal",
+        "more_ranks" (ranks past the last visible GPU ask for a device that does not exist) or
+        "fewer_ranks" (visible GPUs stay idle). The last such command counts. None when no line
+        sets both."""
+        if self.signatures is None:
+            return None
+        launches = [s.data for s in self.signatures if s.id == "launch_masked" and s.data.get("nproc")]
+        if not launches:
+            return None
+        visible = len([d for d in launches[-1]["visible"].split(",") if d])
+        nproc = int(launches[-1]["nproc"])
+        return "equal" if nproc == visible else "more_ranks" if nproc > visible else "fewer_ranks"
 
     @property
     def nccl_versions_differ(self) -> bool | None:

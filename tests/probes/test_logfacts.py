@@ -133,6 +133,22 @@ def test_every_interface_a_net_line_lists_is_an_interface_nccl_uses():
     assert log.nccl.interfaces == ["bond0", "docker0", "br-5e3f"]
 
 
+def test_a_command_line_compares_its_processes_with_the_gpus_its_mask_leaves():
+    assert (
+        _log("CUDA_VISIBLE_DEVICES=1,3 accelerate launch --multi_gpu --num_processes=2 train.py").ranks_vs_visible
+        == "equal"
+    )
+    assert _log("CUDA_VISIBLE_DEVICES=1,2 torchrun --nproc_per_node 4 train.py").ranks_vs_visible == "more_ranks"
+    assert _log(
+        "CUDA_VISIBLE_DEVICES='2,3' python -m torch.distributed.launch --nproc-per-node=1 x.py"
+    ).ranks_vs_visible == ("fewer_ranks")
+    # the last command is the one that ran; a misspelt variable masks nothing, so it is no mask
+    two = "CUDA_VISIBLE_DEVICES=0 torchrun --nproc_per_node=2 a.py\nCUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node=2 a.py"
+    assert _log(two).ranks_vs_visible == "equal"
+    assert _log("CUDA_VISIBLE_DEVICE=2,3 tune run --nproc_per_node 6 lora").ranks_vs_visible is None
+    assert _log("torchrun --nproc_per_node=4 train.py").ranks_vs_visible is None
+
+
 def test_a_store_barrier_counting_more_workers_than_the_world_is_an_earlier_runs_store():
     wait = "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
     assert _log(wait + "(world_size=6, worker_count=287, timeout=0:30:00)").store_overcounted is True
