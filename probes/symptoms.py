@@ -57,6 +57,10 @@ def observe(facts: Facts) -> dict[str, list[str]]:
         add("crash.rank-exited", f"a rank ended with exit code {failed}")
     if facts.launcher.ranks_short_of_devices:
         add("gpus-missing", "fewer ranks formed the group than devices were requested")
+    # Lightning's banner "GPU available: False" is what a CPU run prints too: a missing GPU only in
+    # a job whose log otherwise names GPUs, CUDA or NCCL
+    if facts.log.mentions_gpu and any(s.id == "lightning_no_gpu" for s in facts.log.signatures or ()):
+        add("gpus-missing", "Lightning sees no GPU in a job that names GPUs")
     symptoms = shipped().symptoms
     # a reader's "it does not work" (a fallback) over a log that stops after start-up is that stop
     if all(symptoms[s].fallback for s in seen):

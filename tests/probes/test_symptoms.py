@@ -121,3 +121,9 @@ def test_a_rank_the_launcher_reports_dead_is_a_rank_exited_whatever_its_signal()
     line = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 12) of binary: /usr/bin/python\n"
     assert _observed(line)["crash.rank-exited"] == ["a rank ended with exit code -7"]
     assert "crash.rank-exited" not in _observed("[launch.py:351:main] Process 4242 exits successfully.\n")
+
+
+def test_lightnings_no_gpu_banner_is_a_missing_gpu_only_in_a_job_that_names_gpus():
+    banner = "GPU available: False, used: False\nTPU available: False, using: 0 TPU cores\n"
+    assert _observed(banner) == {}  # what a healthy CPU run prints
+    assert "gpus-missing" in _observed("Trainer(accelerator='gpu', devices=4) on 4 GPUs\n" + banner)
