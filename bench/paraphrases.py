@@ -3,10 +3,13 @@ read only the cause list, never the rules) in a user's words. Sets A and B (four
 plain description, a terse or misspelt one, one in Chinese (a few in Japanese or Korean) and one
 led by a pasted log; sets C and D (three per cause, a second writer): a downstream repository's
 issue template with a partial environment and log, the same in Chinese, Japanese or Korean, and a
-short vague one. They measure how the reader takes wordings no real case held yet.
+short vague one; sets E and F (three per cause, a third writer, asked for what makes real
+threads hard): a report whose evidence is indirect (the system's state or a partial log, with a
+red herring), a Chinese forum post (a few Japanese or Korean), and a thin one with a single
+concrete clue. They measure how the reader takes wordings no real case held yet.
 
-A and C are development sets: their misses may guide general fixes (vocabulary, library
-messages), never a pattern copied from their text. B and D are held out: scored, not read. The
+A, C and E are development sets: their misses may guide general fixes (vocabulary, library
+messages), never a pattern copied from their text. B, D and F are held out: scored, not read. The
 blind scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
 keeps a floor under each set, and under the symptom phrases (``bench/phrases.csv``), whose shares
 its assertion messages print.
@@ -30,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from diagnose import diagnose_text  # noqa: E402
 from diagnose.kb import load_kb  # noqa: E402
 
-SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in ("a", "b", "c", "d")}
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdef"}
 
 
 def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:
