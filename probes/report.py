@@ -247,14 +247,18 @@ class _Parser:
         kv = _KEY_VALUE.match(body)
         if kv:
             self.key_value(kv.group("key"), kv.group("value"))
-        elif _GPU_WORDS.search(body) and _GPU_CONTEXT.search(body):
+        elif _GPU_WORDS.search(body):
             # a sentence that names one model ("使用两台NVIDIA A100-SXM4-80GB GPU"); one that names
             # two is a comparison ("with 3090 everything is fine"), not this job's hardware, unless
-            # it joins them ("RTX 3090 + RTX 2080 Ti", "a Titan Xp next to the 4090", 混插)
+            # it joins them ("RTX 3090 + RTX 2080 Ti", "a Titan Xp next to the 4090", 混插). A bare
+            # model number needs a word for GPUs around it, or a second model it is joined to
+            # ("a6000 + 3090 in the same box"), one of them more than a letter and a number
             from probes.tables import shipped
 
             named = shipped().models_in(body)
-            if len(named) > 1 and not _GPUS_TOGETHER.search(body):
+            together = len(named) > 1 and bool(_GPUS_TOGETHER.search(body))
+            plain = together and not all(re.fullmatch(r"[A-Z]\d{1,3}", n) for n in named)
+            if (len(named) > 1 and not together) or not (plain or _GPU_CONTEXT.search(body)):
                 named = ()
             self.found.named_gpus.extend(n for n in named if n not in self.found.named_gpus)
 

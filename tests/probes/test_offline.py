@@ -274,6 +274,9 @@ def test_a_line_that_joins_two_gpu_models_names_both():
 
     assert models("DDP on an RTX 3090 + RTX 2080 Ti box is slower") == ["GeForce RTX 3090", "GeForce RTX 2080 Ti"]
     assert models("after adding my old titan xp next to the 4090 gpu") == ["GeForce RTX 4090", "TITAN Xp"]
+    # joined, two bare model numbers need no word for GPUs; two letter-and-number names do
+    assert models("a6000 + 3090 in the same box") == ["RTX A6000", "GeForce RTX 3090"]
+    assert models("blocks L4 + A10 in the same model") is None
     # two models compared are not this job's hardware
     assert models("with 3090 everything is fine but the A100 gpu hangs") is None
 
