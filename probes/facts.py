@@ -741,7 +741,7 @@ class Log(Section):
     exit_signals: list[str] | None = None  # signal names (KILL, SEGV, BUS ...) as printed or implied by exit codes
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
-        "ends_out_of_data", "mentions_gpu", "backend", "ranks_vs_visible",
+        "ends_out_of_data", "mentions_gpu", "backend", "ranks_vs_visible", "shapes_differ_across_ranks",
     )  # fmt: skip
 
     @property
@@ -820,6 +820,22 @@ class Log(Section):
         visible = len([d for d in launches[-1]["visible"].split(",") if d])
         nproc = int(launches[-1]["nproc"])
         return "equal" if nproc == visible else "more_ranks" if nproc > visible else "fewer_ranks"
+
+    @property
+    def shapes_differ_across_ranks(self) -> bool | None:
+        """Whether ranks printed different shapes for the same tensor ("[rank0] boxes
+        torch.Size([112, 4])", "[rank1] boxes torch.Size([87, 4])"): a collective over it (an
+        all_gather of equal-sized buffers, a broadcast into a preallocated one) gets mismatched
+        sizes. None when no tensor's shape was printed by two ranks."""
+        if self.signatures is None:
+            return None
+        shapes: dict[str, dict[str, str]] = {}
+        for s in self.signatures:
+            if s.id == "rank_tensor_shape":
+                shape = "".join((s.data.get("size") or s.data.get("shape") or "").split())
+                shapes.setdefault(s.data.get("what", ""), {})[str(s.rank)] = shape
+        compared = [set(by_rank.values()) for by_rank in shapes.values() if len(by_rank) > 1]
+        return any(len(seen) > 1 for seen in compared) if compared else None
 
     @property
     def nccl_versions_differ(self) -> bool | None:

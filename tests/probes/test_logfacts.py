@@ -149,6 +149,13 @@ def test_a_command_line_compares_its_processes_with_the_gpus_its_mask_leaves():
     assert _log("torchrun --nproc_per_node=4 train.py").ranks_vs_visible is None
 
 
+def test_ranks_printing_different_shapes_for_one_tensor():
+    assert _log("[rank0] boxes torch.Size([112, 4])\n[rank1] boxes torch.Size([87, 4])").shapes_differ_across_ranks
+    same = "rank 0: boxes shape (64, 4)\nrank 1: boxes shape (64,4)\nrank 1: logits torch.Size([2, 9])"
+    assert _log(same).shapes_differ_across_ranks is False  # one rank's other tensor is no comparison
+    assert _log("[rank0] boxes torch.Size([112, 4])").shapes_differ_across_ranks is None
+
+
 def test_a_store_barrier_counting_more_workers_than_the_world_is_an_earlier_runs_store():
     wait = "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
     assert _log(wait + "(world_size=6, worker_count=287, timeout=0:30:00)").store_overcounted is True
