@@ -742,6 +742,7 @@ class Log(Section):
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
         "ends_out_of_data", "mentions_gpu", "backend", "ranks_vs_visible", "shapes_differ_across_ranks",
+        "store_short",
     )  # fmt: skip
 
     @property
@@ -836,6 +837,25 @@ class Log(Section):
                 shapes.setdefault(s.data.get("what", ""), {})[str(s.rank)] = shape
         compared = [set(by_rank.values()) for by_rank in shapes.values() if len(by_rank) > 1]
         return any(len(seen) > 1 for seen in compared) if compared else None
+
+    @property
+    def store_short(self) -> bool | None:
+        """torch's store-based barrier was last seen waiting with fewer workers than the world size,
+        and the group never formed after it: ranks the world size counts were never started (or
+        cannot join). False when start-up completed after the wait; None when no wait was logged."""
+        if self.signatures is None:
+            return None
+        waits = [
+            s for s in self.signatures
+            if s.id == "store_barrier_wait" and s.data.get("world_size", "").isdigit()
+            and s.data.get("worker_count", "").isdigit()
+        ]  # fmt: skip
+        if not waits:
+            return None
+        last = waits[-1]
+        if any(s.id == "startup_done" and s.line > last.line for s in self.signatures):
+            return False
+        return int(last.data["worker_count"]) < int(last.data["world_size"])
 
     @property
     def nccl_versions_differ(self) -> bool | None:
