@@ -791,6 +791,16 @@ class Log(Section):
 
         return None if self.signatures is None or self.lines is None else ends_out_of_data(self)
 
+    def _store_waits(self) -> list[tuple[int, int, int]]:
+        """(line, world size, worker count) of each wait of torch's store-based barrier that
+        printed its counts, in log order."""
+        return [
+            (s.line, int(s.data["world_size"]), int(s.data["worker_count"]))
+            for s in self.signatures or []
+            if s.id == "store_barrier_wait" and s.data.get("world_size", "").isdigit()
+            and s.data.get("worker_count", "").isdigit()
+        ]  # fmt: skip
+
     @property
     def store_overcounted(self) -> bool | None:
         """torch's store-based barrier counted more workers than the world size: the store (a
@@ -798,13 +808,8 @@ class Log(Section):
         waits for never comes out right. None when no barrier wait with its counts was logged."""
         if self.signatures is None:
             return None
-        counts = [
-            (int(s.data["world_size"]), int(s.data["worker_count"]))
-            for s in self.signatures
-            if s.id == "store_barrier_wait" and s.data.get("world_size", "").isdigit()
-            and s.data.get("worker_count", "").isdigit()
-        ]  # fmt: skip
-        return any(workers > world for world, workers in counts) if counts else None
+        waits = self._store_waits()
+        return any(workers > world for _, world, workers in waits) if waits else None
 
     @property
     def ranks_vs_visible(self) -> str | None:
@@ -843,19 +848,13 @@ class Log(Section):
         """torch's store-based barrier was last seen waiting with fewer workers than the world size,
         and the group never formed after it: ranks the world size counts were never started (or
         cannot join). False when start-up completed after the wait; None when no wait was logged."""
-        if self.signatures is None:
-            return None
-        waits = [
-            s for s in self.signatures
-            if s.id == "store_barrier_wait" and s.data.get("world_size", "").isdigit()
-            and s.data.get("worker_count", "").isdigit()
-        ]  # fmt: skip
+        waits = self._store_waits() if self.signatures is not None else []
         if not waits:
             return None
-        last = waits[-1]
-        if any(s.id == "startup_done" and s.line > last.line for s in self.signatures):
+        line, world, workers = waits[-1]
+        if any(s.id == "startup_done" and s.line > line for s in self.signatures or []):
             return False
-        return int(last.data["worker_count"]) < int(last.data["world_size"])
+        return workers < world
 
     @property
     def nccl_versions_differ(self) -> bool | None:
