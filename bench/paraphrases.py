@@ -6,15 +6,19 @@ issue template with a partial environment and log, the same in Chinese, Japanese
 short vague one; sets E and F (three per cause, a third writer, asked for what makes real
 threads hard): a report whose evidence is indirect (the system's state or a partial log, with a
 red herring), a Chinese forum post (a few Japanese or Korean), and a thin one with a single
-concrete clue. They measure how the reader takes wordings no real case held yet.
+concrete clue; sets G and H (three per cause, a fourth writer, six styles split between them): a
+Stack Overflow question whose clue sits in the code, a hurried chat message with misspellings, an
+issue that is mostly what was already tried, a pasted log with one line of question, a Chinese
+(a few Japanese or Korean) forum post, and a second-hand report by a colleague or support person.
+They measure how the reader takes wordings no real case held yet.
 
-A, C and E are development sets: their misses may guide general fixes (vocabulary, library
-messages), never a pattern copied from their text. B, D and F are held out: scored, not read. The
+A, C, E and G are development sets: their misses may guide general fixes (vocabulary, library
+messages), never a pattern copied from their text. B, D, F and H are held out: scored, not read. The
 blind scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
 keeps a floor under each set, and under the symptom phrases (``bench/phrases.csv``), whose shares
 its assertion messages print.
 
-    python bench/paraphrases.py              # shares per set and per language
+    python bench/paraphrases.py              # shares per set, per language and per style
     python bench/paraphrases.py --misses a   # a development set's misses: cause, rank, first three findings
 """
 
@@ -33,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from diagnose import diagnose_text  # noqa: E402
 from diagnose.kb import load_kb  # noqa: E402
 
-SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdef"}
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefgh"}
+DEVELOPMENT = "aceg"  # the others are held out: --misses does not list them
 
 
 def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:
@@ -47,24 +52,32 @@ def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--misses", choices=sorted(SETS), help="list one set's misses")
+    parser.add_argument("--misses", choices=sorted(DEVELOPMENT), help="list a development set's misses")
+    parser.add_argument("sets", nargs="*", metavar="SET", help=f"only these of {', '.join(SETS)} (default: all)")
     args = parser.parse_args()
+    unknown = sorted(set(args.sets) - set(SETS))
+    if unknown:
+        parser.error(f"no written set {', '.join(unknown)}: the sets are {', '.join(SETS)}")
     if args.misses:
         for i, (report, rank, top) in enumerate(ranks(SETS[args.misses])):
             if rank != 1:
                 print(f"{i:4} {report['cause']:34} {report.get('lang', '?'):3} {rank or '-':>2}  {', '.join(top)}")
         return
-    print(f"{'set':4} {'lang':5} {'n':>4} {'first':>6} {'top 3':>6} {'none':>5}")
+    print(f"{'set':4} {'group':5} {'n':>4} {'first':>6} {'top 3':>6} {'none':>5}")
     for name, path in SETS.items():
+        if args.sets and name not in args.sets:
+            continue
         groups: dict[str, list] = defaultdict(list)
         for report, rank, top in ranks(path):
             groups["all"].append((rank, top))
             groups[report.get("lang", "?")].append((rank, top))
-        for lang, rows in sorted(groups.items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            if "style" in report:
+                groups[report["style"]].append((rank, top))
+        for group, rows in sorted(groups.items(), key=lambda kv: (kv[0] != "all", kv[0])):
             n = len(rows)
             first = sum(r == 1 for r, _ in rows) / n
             top3 = sum(r is not None and r <= 3 for r, _ in rows) / n
-            print(f"{name:4} {lang:5} {n:4} {first:6.0%} {top3:6.0%} {sum(not t for _, t in rows):5}")
+            print(f"{name:4} {group:5} {n:4} {first:6.0%} {top3:6.0%} {sum(not t for _, t in rows):5}")
 
 
 if __name__ == "__main__":
