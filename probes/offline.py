@@ -75,10 +75,10 @@ _MASTER_ADDR = _linear(
 _VISIBLE = _linear(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?:\s|$|;)""")
 # Lightning's banner: "GPU available: True (cuda), used: True"
 _GPU_AVAILABLE = _linear(r"^GPU available: (True|False)\b", multiline=True)
-# a torch release stated in prose: "torch==2.5.1", "torch=2.5.1", "with torch2.5.1", "PyTorch 2.7.1+cu128",
+# a torch release stated in prose: "torch==2.5.1", "torch=2.5.1", "with torch2.5.1", "PyTorch 2.7.1+cu128", "torch (2.2.2+cu121)",
 # "pytorch版本2.0.1"; not a requirement (">=", "<") nor torchvision/torchaudio/pytorch-lightning
 _TORCH_STATED = _linear(
-    r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v)?"
+    r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v|\s*\(\s*)?"
     r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|\.(?:\W|$)|$)"
 )
 # Lightning told the same way ("Lightning 2.1.0", "pytorch_lightning==1.9.4", "PyTorch Lightning 1.8")
@@ -261,6 +261,8 @@ def _stated(facts: Facts, texts: list[str]) -> None:
         tag = next((m for text in texts if (m := _CUDA_TAG_STATED.search(text))), None)
         if tag:
             _set(facts.torch, "cuda", f"{tag.group('major')}.{tag.group('minor')}")
+            if tag.group(0).startswith("+"):  # a wheel's local version ("2.2.2+cu121"): a CUDA build
+                _set(facts.torch, "cuda_build", True)
     if facts.driver.version is None:
         driver = next((m.group("v") for text in texts if (m := _DRIVER_STATED.search(text))), None)
         if driver:

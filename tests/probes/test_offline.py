@@ -229,6 +229,14 @@ def test_a_report_never_raises(report_text):
     Facts.model_validate(facts.model_dump())
 
 
+def test_a_wheels_cuda_tag_in_prose_means_a_cuda_build():
+    torch = offline_facts(logs=[("log", ["pip install torchvision==0.17.2+cu121\n"])]).torch
+    assert (torch.cuda, torch.cuda_build) == ("12.1", True)
+    # an index URL names the CUDA, not what was installed from it
+    torch = offline_facts(logs=[("log", ["--index-url https://download.pytorch.org/whl/cu118\n"])]).torch
+    assert (torch.cuda, torch.cuda_build) == ("11.8", None)
+
+
 def test_a_torch_release_stated_in_prose_is_the_torch_version():
     def stated(text: str) -> str | None:
         return offline_facts(logs=[("log", [text + "\n"])]).torch.version
@@ -237,6 +245,7 @@ def test_a_torch_release_stated_in_prose_is_the_torch_version():
     assert stated("- Training framework: PyTorch 2.7.1+cu128") == "2.7.1+cu128"
     assert stated("pytorch版本2.0.1，单机多卡") == "2.0.1"
     assert stated("Our cluster module still provides torch 1.13.1. Training steps run fine") == "1.13.1"
+    assert stated("- Reinstalled torch (2.2.2+cu121) and lightning in a fresh venv") == "2.2.2+cu121"
     # requirements and other packages are no statement of the installed torch
     for text in ("needs torch>=2.4", "torchvision 0.15.2", "pytorch-lightning 1.9.0", "lightning.pytorch 2.1.0"):
         assert stated(text) is None, text
