@@ -601,7 +601,8 @@ class Launcher(Section):
     slurm_gpus_on_node: int | None = None
     strategy: str | None = None  # as requested by the job: ddp, ddp_spawn, fsdp, deepspeed
     devices_requested: int | None = None
-    derived: ClassVar[tuple[str, ...]] = ("ranks_short_of_devices",)
+    derived: ClassVar[tuple[str, ...]] = ("ranks_short_of_devices", "world_size_beyond_started")
+    _owner: _Owner = PrivateAttr(default_factory=_Owner)
 
     @property
     def ranks_short_of_devices(self) -> bool | None:
@@ -610,6 +611,21 @@ class Launcher(Section):
         if self.world_size is None or self.devices_requested is None:
             return None
         return self.world_size < self.devices_requested
+
+    @property
+    def world_size_beyond_started(self) -> bool | None:
+        """A world size the job states (a config's ``world_size: 16``, ``WORLD_SIZE=16``,
+        ``--world_size 16``, the store barrier's own count) larger than the tasks SLURM starts
+        for it: the group waits for ranks that never start. A torchrun's --nproc_per_node is not
+        compared: reports name several ("it runs with --nproc_per_node=1, not 2") and the offline
+        reading keeps one. None when either is unknown."""
+        started = self.slurm_ntasks
+        facts = self._owner.facts
+        signatures = facts.log.signatures if facts is not None else None
+        stated = [int(s.data["size"]) for s in signatures or [] if s.id == "world_size_stated" and s.data.get("size")]
+        if not started or not stated:
+            return None
+        return max(stated) > started
 
 
 # --- micro-tests ------------------------------------------------------------------------------
@@ -1152,7 +1168,7 @@ class Facts(_Model):
     def _bind_sections(self) -> Facts:
         # derived facts that weigh two sections (torch.supports_gpu_arch reads the GPUs) reach
         # their siblings through this link; assigning a section re-runs it for the new one
-        for section in (self.packages, self.torch, self.gpus, self.driver):
+        for section in (self.packages, self.torch, self.gpus, self.driver, self.launcher):
             section._owner.facts = self
         return self
 

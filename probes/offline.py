@@ -47,6 +47,7 @@ _INT_ARGS = {
     "master_port": _linear(r"--master[_-]port[= ]+(\d+)"),
     "world_size": _linear(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)|--num[_-]processes[= ]+(\d+)"),
     "slurm_ntasks_per_node": _linear(r"--ntasks-per-node[= ]+(\d+)"),
+    "slurm_ntasks": _linear(r"(?:--ntasks|\bsrun\b[^\n]*?\s-n)[= ]+(\d+)\b"),
 }
 _STRATEGY = [
     _linear(r"""\bstrategy\s*=\s*["'](?P<s>\w+)["']"""),

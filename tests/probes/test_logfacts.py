@@ -133,6 +133,18 @@ def test_every_interface_a_net_line_lists_is_an_interface_nccl_uses():
     assert log.nccl.interfaces == ["bond0", "docker0", "br-5e3f"]
 
 
+def test_a_world_size_stated_beyond_slurms_tasks_is_a_fact():
+    def beyond(text: str) -> bool | None:
+        return offline_facts(logs=[("log", text.splitlines(True))]).launcher.world_size_beyond_started
+
+    sbatch = "#SBATCH --nodes=1 --ntasks=4 --gres=gpu:4\nsrun python train.py\n"
+    assert beyond(sbatch + "the config still says world_size: 16 from the 4-node run\n") is True
+    assert beyond(sbatch + "export WORLD_SIZE=4\n") is False
+    # no SLURM tasks, or no number stated: nothing to compare
+    assert beyond("torchrun --nproc_per_node=2 train.py --world_size=2\n") is None
+    assert beyond(sbatch + "WORLD_SIZE=$SLURM_NTASKS\n") is None
+
+
 def test_a_command_line_compares_its_processes_with_the_gpus_its_mask_leaves():
     assert (
         _log("CUDA_VISIBLE_DEVICES=1,3 accelerate launch --multi_gpu --num_processes=2 train.py").ranks_vs_visible
