@@ -20,6 +20,8 @@ its assertion messages print.
 
     python bench/paraphrases.py              # shares per set, per language and per style
     python bench/paraphrases.py --misses a   # a development set's misses: cause, rank, first three findings
+    python bench/paraphrases.py --by-cause   # per cause, the share ranked first over the held-out sets
+                                             # (counts only: the weakest causes, without reading a report)
 """
 
 from __future__ import annotations
@@ -53,11 +55,22 @@ def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--misses", choices=sorted(DEVELOPMENT), help="list a development set's misses")
+    parser.add_argument("--by-cause", action="store_true", help="per cause, over the sets named (default: held out)")
     parser.add_argument("sets", nargs="*", metavar="SET", help=f"only these of {', '.join(SETS)} (default: all)")
     args = parser.parse_args()
     unknown = sorted(set(args.sets) - set(SETS))
     if unknown:
         parser.error(f"no written set {', '.join(unknown)}: the sets are {', '.join(SETS)}")
+    if args.by_cause:
+        total: dict[str, int] = defaultdict(int)
+        first: dict[str, int] = defaultdict(int)
+        for name in args.sets or [n for n in SETS if n not in DEVELOPMENT]:
+            for report, rank, _ in ranks(SETS[name]):
+                total[report["cause"]] += 1
+                first[report["cause"]] += rank == 1
+        for cause in sorted(total, key=lambda c: (first[c] / total[c], c)):
+            print(f"{cause:40} {first[cause]:4} of {total[cause]:3}  {first[cause] / total[cause]:5.0%}")
+        return
     if args.misses:
         for i, (report, rank, top) in enumerate(ranks(SETS[args.misses])):
             if rank != 1:
