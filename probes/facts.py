@@ -616,10 +616,12 @@ class Launcher(Section):
     def world_size_beyond_started(self) -> bool | None:
         """A world size the job states (a config's ``world_size: 16``, ``WORLD_SIZE=16``,
         ``--world_size 16``, the store barrier's own count) larger than the tasks SLURM starts
-        for it: the group waits for ranks that never start. A torchrun's --nproc_per_node is not
+        for it (--ntasks, or --ntasks-per-node times --nodes): the group waits for ranks that
+        never start. A torchrun's --nproc_per_node is not
         compared: reports name several ("it runs with --nproc_per_node=1, not 2") and the offline
         reading keeps one. None when either is unknown."""
-        started = self.slurm_ntasks
+        per_node = self.slurm_ntasks_per_node
+        started = self.slurm_ntasks or (per_node * self.slurm_nnodes if per_node and self.slurm_nnodes else None)
         facts = self._owner.facts
         signatures = facts.log.signatures if facts is not None else None
         stated = [int(s.data["size"]) for s in signatures or [] if s.id == "world_size_stated" and s.data.get("size")]
@@ -758,6 +760,7 @@ class Log(Section):
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
         "ends_out_of_data", "mentions_gpu", "backend", "ranks_vs_visible", "shapes_differ_across_ranks",
+        "torch_versions_differ", "images_differ",
         "store_short",
     )  # fmt: skip
 
@@ -871,6 +874,32 @@ class Log(Section):
         if any(s.id == "startup_done" and s.line > line for s in self.signatures or []):
             return False
         return workers < world
+
+    def _stated(self, signature: str, *keys: str) -> list[tuple[str, ...]] | None:
+        if self.signatures is None:
+            return None
+        return [tuple(s.data.get(k, "").lower() for k in keys) for s in self.signatures if s.id == signature]
+
+    @property
+    def torch_versions_differ(self) -> bool | None:
+        """Whether the report states two torch releases or builds ("torch 2.1.2+cu121" printed on
+        one node, "2.2.1+cu121" on another; two pip listings): ranks or nodes that run different
+        torch, or a report comparing releases. None when no torch release is stated."""
+        stated = self._stated("torch_release_stated", "version")
+        return len(set(stated)) > 1 if stated else None
+
+    @property
+    def images_differ(self) -> bool | None:
+        """Whether one container image is named with two tags or digests ("pytorch:23.10-py3" and
+        "pytorch:24.03-py3"; two sha256 digests of one tag): containers that run different stacks.
+        None when no image is named."""
+        stated = self._stated("container_image", "image", "tag")
+        if not stated:
+            return None
+        tags: dict[str, set[str]] = {}
+        for image, tag in stated:
+            tags.setdefault(image, set()).add(tag)
+        return any(len(seen) > 1 for seen in tags.values())
 
     @property
     def nccl_versions_differ(self) -> bool | None:

@@ -48,6 +48,7 @@ _INT_ARGS = {
     "world_size": _linear(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s-(?:np|n)\s+(\d+)|--num[_-]processes[= ]+(\d+)"),
     "slurm_ntasks_per_node": _linear(r"--ntasks-per-node[= ]+(\d+)"),
     "slurm_ntasks": _linear(r"(?:--ntasks|\bsrun\b[^\n]*?\s-n)[= ]+(\d+)\b"),
+    "slurm_nnodes": _linear(r"(?:#SBATCH|\bsbatch\b|\bsrun\b|\bsalloc\b)[^\n]*?(?:--nodes[= ]+|\s-N\s*)(\d+)\b"),
 }
 _STRATEGY = [
     _linear(r"""\bstrategy\s*=\s*["'](?P<s>\w+)["']"""),

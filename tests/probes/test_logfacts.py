@@ -140,6 +140,9 @@ def test_a_world_size_stated_beyond_slurms_tasks_is_a_fact():
     sbatch = "#SBATCH --nodes=1 --ntasks=4 --gres=gpu:4\nsrun python train.py\n"
     assert beyond(sbatch + "the config still says world_size: 16 from the 4-node run\n") is True
     assert beyond(sbatch + "export WORLD_SIZE=4\n") is False
+    per_node = "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n"
+    assert beyond(per_node + "[rank 0] init_process_group(backend=nccl) world_size=16\n") is True
+    assert beyond(per_node + "[rank 0] init_process_group(backend=nccl) world_size=8\n") is False
     # no SLURM tasks, or no number stated: nothing to compare
     assert beyond("torchrun --nproc_per_node=2 train.py --world_size=2\n") is None
     assert beyond(sbatch + "WORLD_SIZE=$SLURM_NTASKS\n") is None
