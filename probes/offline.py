@@ -124,7 +124,9 @@ def offline_facts(
             from_report = log_from_text(text, f"report:{name}")
         except LogError:
             continue  # control characters throughout: nothing a log reader can use
-        if from_report.signatures:
+        # the torch release every environment report states is the report parser's own field:
+        # it alone does not make a report a log
+        if any(sig.id != "torch_release_stated" for sig in from_report.signatures or []):
             log_parts.append(from_report)
     for name, source in logs:
         facts.inputs.append(f"log:{name}")
