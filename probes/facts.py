@@ -601,7 +601,7 @@ class Launcher(Section):
     slurm_gpus_on_node: int | None = None
     strategy: str | None = None  # as requested by the job: ddp, ddp_spawn, fsdp, deepspeed
     devices_requested: int | None = None
-    derived: ClassVar[tuple[str, ...]] = ("ranks_short_of_devices", "world_size_beyond_started")
+    derived: ClassVar[tuple[str, ...]] = ("ranks_short_of_devices", "world_size_beyond_started", "multi_node")
     _owner: _Owner = PrivateAttr(default_factory=_Owner)
 
     @property
@@ -611,6 +611,20 @@ class Launcher(Section):
         if self.world_size is None or self.devices_requested is None:
             return None
         return self.world_size < self.devices_requested
+
+    @property
+    def multi_node(self) -> bool | None:
+        """Whether the job spans several hosts, however the facts show it: a launch for several
+        nodes (--nnodes, SLURM's --nodes), NCCL's lines from two hostnames, or the report's own
+        words (signature user_multi_node). False for a launch of one node; None when nothing says."""
+        facts = self._owner.facts
+        log = facts.log if facts is not None else None
+        hosts = len(log.nccl.hosts) if log is not None and log.nccl is not None else 0
+        said = any(s.id == "user_multi_node" for s in (log.signatures if log is not None else None) or [])
+        nodes = [n for n in (self.nnodes, self.slurm_nnodes) if n is not None]
+        if any(n >= 2 for n in nodes) or hosts >= 2 or said:
+            return True
+        return False if nodes else None
 
     @property
     def world_size_beyond_started(self) -> bool | None:

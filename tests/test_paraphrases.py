@@ -23,7 +23,18 @@ SENTENCES = yaml.safe_load((FIXTURES / "sentences.yaml").read_text("utf-8"))["se
 FRAMEWORK_MESSAGES = yaml.safe_load((FIXTURES / "framework_messages.yaml").read_text("utf-8"))["messages"]
 # the share of each set's reports whose cause ranks first: the score after the last round that
 # changed rules, less a margin of two reports (bench/paraphrases.csv has the history)
-REPORT_FLOORS = {"a": 0.96, "b": 0.77, "c": 0.95, "d": 0.83, "e": 0.95, "f": 0.69, "g": 0.95, "h": 0.85, "i": 0.62, "j": 0.37}
+REPORT_FLOORS = {
+    "a": 0.96,
+    "b": 0.77,
+    "c": 0.95,
+    "d": 0.83,
+    "e": 0.95,
+    "f": 0.69,
+    "g": 0.95,
+    "h": 0.85,
+    "i": 0.62,
+    "j": 0.37,
+}
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
 # the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
 # which SIGKILL says without naming the OOM killer); "works_single" is a contrast that

@@ -133,6 +133,24 @@ def test_every_interface_a_net_line_lists_is_an_interface_nccl_uses():
     assert log.nccl.interfaces == ["bond0", "docker0", "br-5e3f"]
 
 
+def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
+    def multi(text: str) -> bool | None:
+        return offline_facts(logs=[("log", text.splitlines(True))]).launcher.multi_node
+
+    assert multi("torchrun --nnodes=2 --nproc_per_node=8 train.py\n") is True
+    assert multi("#SBATCH --nodes=4\nsrun python train.py\n") is True
+    assert (
+        multi(
+            "gpu-a01:3312:3312 [0] NCCL INFO Bootstrap : Using ib0:10.20.0.5<0>\n"
+            "gpu-a02:9120:9120 [0] NCCL INFO Bootstrap : Using ib0:10.20.0.6<0>\n"
+        )
+        is True
+    )
+    assert multi("our 2-node job hangs at the first all_reduce\n") is True
+    assert multi("torchrun --nnodes=1 --nproc_per_node=8 train.py\n") is False
+    assert multi("RuntimeError: CUDA out of memory\n") is None
+
+
 def test_a_world_size_stated_beyond_slurms_tasks_is_a_fact():
     def beyond(text: str) -> bool | None:
         return offline_facts(logs=[("log", text.splitlines(True))]).launcher.world_size_beyond_started
