@@ -898,9 +898,13 @@ class Log(Section):
     def torch_versions_differ(self) -> bool | None:
         """Whether the report states two torch releases or builds ("torch 2.1.2+cu121" printed on
         one node, "2.2.1+cu121" on another; two pip listings): ranks or nodes that run different
-        torch, or a report comparing releases. None when no torch release is stated."""
-        stated = self._stated("torch_release_stated", "version")
-        return len(set(stated)) > 1 if stated else None
+        torch, or a report comparing releases. A release stated shorter ("torch 2.1" beside
+        "2.1.2+cu121") is the same one. None when no torch release is stated."""
+        stated = {version for (version,) in self._stated("torch_release_stated", "version") or []}
+        if not stated:
+            return None
+        distinct = {v for v in stated if not any(w != v and w.startswith((v + ".", v + "+")) for w in stated)}
+        return len(distinct) > 1
 
     @property
     def images_differ(self) -> bool | None:

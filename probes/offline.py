@@ -77,12 +77,6 @@ _MASTER_ADDR = _linear(
 _VISIBLE = _linear(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?:\s|$|;)""")
 # Lightning's banner: "GPU available: True (cuda), used: True"
 _GPU_AVAILABLE = _linear(r"^GPU available: (True|False)\b", multiline=True)
-# a torch release stated in prose: "torch==2.5.1", "torch=2.5.1", "with torch2.5.1", "PyTorch 2.7.1+cu128", "torch (2.2.2+cu121)",
-# "pytorch版本2.0.1"; not a requirement (">=", "<") nor torchvision/torchaudio/pytorch-lightning
-_TORCH_STATED = _linear(
-    r"(?i)(?:^|[^\w.>=<-])(?:py)?torch(?:\s*(?:version|版本)\s*)?(?:\s*(?:==?|:|：|是|为)\s*|\s+v?|v|\s*\(\s*)?"
-    r"(?P<v>\d+\.\d+(?:\.\d+)?(?:\+[\w.]+)?)(?:[^\w.]|\.(?:\W|$)|$)"
-)
 # Lightning told the same way ("Lightning 2.1.0", "pytorch_lightning==1.9.4", "PyTorch Lightning 1.8")
 _LIGHTNING_STATED = _linear(
     r"(?i)(?:^|[^\w.>=<-])(?P<name>pytorch[ _-]lightning|lightning)(?:\s*(?:version|版本)\s*)?"
@@ -116,6 +110,7 @@ def offline_facts(
     facts = Facts()
     texts: list[str] = []
     log_parts: list[Log] = []
+    stated_torch: list[str] = []  # torch releases stated in the reports' and logs' own words
     for name, text in reports:
         facts.inputs.append(f"report:{name}")
         _merge(facts, parse_report(text, name))
@@ -124,6 +119,7 @@ def offline_facts(
             from_report = log_from_text(text, f"report:{name}")
         except LogError:
             continue  # control characters throughout: nothing a log reader can use
+        stated_torch += _torch_stated(from_report)
         # the torch release every environment report states is the report parser's own field:
         # it alone does not make a report a log
         if any(sig.id != "torch_release_stated" for sig in from_report.signatures or []):
@@ -137,7 +133,7 @@ def offline_facts(
     if logs or log_parts:
         facts.log = structure(_merged_logs(log_parts), log_from_text)
     lines = [line.text for line in facts.log.lines or []]
-    _stated(facts, texts + ["\n".join(lines)])
+    _stated(facts, texts + ["\n".join(lines)], stated_torch + _torch_stated(facts.log))
     _from_signatures(facts)
     # a report's lines can reach the log too: count each image once
     images = len(
@@ -208,7 +204,7 @@ def _set(section: Section, field_name: str, value: Any, source: str = "log") -> 
         section.source = section.source or source
 
 
-def _stated(facts: Facts, texts: list[str]) -> None:
+def _stated(facts: Facts, texts: list[str], torch_releases: list[str]) -> None:
     launcher, host, gpus = facts.launcher, facts.host, facts.gpus
     for text in texts:
         for pattern, kind in _LAUNCH:
@@ -253,7 +249,7 @@ def _stated(facts: Facts, texts: list[str]) -> None:
     if launcher.devices_requested is None and launcher.local_world_size is not None:
         _set(launcher, "devices_requested", launcher.local_world_size)
     if facts.torch.version is None:
-        stated = next((m.group("v") for text in texts if (m := _TORCH_STATED.search(text))), None)
+        stated = next(iter(torch_releases), None)
         if stated:  # read as a report's own line would be, so the CUDA tag counts the same
             _merge(facts, _relabelled(parse_report(f"PyTorch version: {stated}", "stated"), "log"))
     if not {"lightning", "pytorch-lightning"} & set(facts.packages.values):
@@ -271,6 +267,11 @@ def _stated(facts: Facts, texts: list[str]) -> None:
         driver = next((m.group("v") for text in texts if (m := _DRIVER_STATED.search(text))), None)
         if driver:
             _merge(facts, _relabelled(parse_report(f"Nvidia driver version: {driver}", "stated"), "log"))
+
+
+def _torch_stated(log: Log) -> list[str]:
+    """The torch releases a text states, in order (signature torch_release_stated)."""
+    return [s.data["version"] for s in log.signatures or [] if s.id == "torch_release_stated" and s.data.get("version")]
 
 
 def _from_signatures(facts: Facts) -> None:

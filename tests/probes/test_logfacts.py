@@ -133,6 +133,20 @@ def test_every_interface_a_net_line_lists_is_an_interface_nccl_uses():
     assert log.nccl.interfaces == ["bond0", "docker0", "br-5e3f"]
 
 
+def test_releases_stated_line_by_line_are_compared():
+    def log(text: str):
+        return offline_facts(logs=[("log", text.splitlines(True))]).log
+
+    assert log("[node0 rank 0]  torch 2.1.2+cu121\n[node1 rank 8]  torch 2.2.1+cu121\n").torch_versions_differ
+    assert log("A: `2.0.1+cu117 11.7`\nB: `2.0.1+cu118 11.8`\n").torch_versions_differ is True
+    # the same release stated shorter, or twice, is one release
+    assert log("torch 2.1\n- PyTorch version (GPU?): 2.1.2+cu121 (True)\n").torch_versions_differ is False
+    assert log("torchvision 0.16.0\n").torch_versions_differ is None
+    two_tags = "box1: nvcr.io/nvidia/pytorch:23.10-py3\nbox2: nvcr.io/nvidia/pytorch:24.03-py3\n"
+    assert log(two_tags).images_differ is True
+    assert log("docker run nvcr.io/nvidia/pytorch:24.03-py3 on both\n").images_differ is False
+
+
 def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
     def multi(text: str) -> bool | None:
         return offline_facts(logs=[("log", text.splitlines(True))]).launcher.multi_node
