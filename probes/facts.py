@@ -377,7 +377,8 @@ class GpuLink(_Model):
 _CONSUMER_GPU = re.compile(r"GeForce|TITAN", re.IGNORECASE)
 # a log line names a GPU only in a sentence about GPUs; "L4" or "T4" elsewhere is something else
 # "卡" is a card in 多卡, 单卡, 显卡, 一张卡
-_GPU_WORDS = ("gpu", "nvidia", "geforce", "tesla", "rtx", "gtx", "cuda", "card", "卡")
+# "xlarge": a cloud instance type (p3.8xlarge) names its GPU model (kb/tables/gpus.yaml)
+_GPU_WORDS = ("gpu", "nvidia", "geforce", "tesla", "rtx", "gtx", "cuda", "card", "卡", "xlarge")
 
 
 def _models_in_lines(lines: list[Any]) -> tuple[tuple[str, None], ...]:
@@ -418,7 +419,14 @@ class Gpus(Section):
     @property
     def distinct_models(self) -> int | None:
         models = self.models
-        return len(set(models)) if models else None
+        if not models:
+            return None
+        # nvidia-smi cuts long names ("NVIDIA GeForce ..."): GPUs whose memory totals differ by
+        # over a tenth are different models even under one cut name (one model's totals differ
+        # only by how each tool counts: 40960 MiB in nvidia-smi, 39.4 GiB in torch)
+        totals = sorted(d.memory_total_mib for d in self.devices or [] if d.memory_total_mib)
+        sizes = 1 + sum(b > a * 1.1 for a, b in zip(totals, totals[1:], strict=False)) if totals else 0
+        return max(len(set(models)), sizes)
 
     _owner: _Owner = PrivateAttr(default_factory=_Owner)
 

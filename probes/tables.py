@@ -77,6 +77,17 @@ class GpuModel(_Row):
     capability: str
     cls: Literal["consumer", "workstation", "datacenter"] = Field(alias="class")
     p2p: Literal["supported", "unreliable", "unsupported"]
+    # cloud instance types that carry this model, a size written "*": "p3.*" (AWS p3.2xlarge,
+    # ml.p3.8xlarge), "a2-highgpu-*" (GCP a2-highgpu-8g)
+    instances: list[str] = Field(default_factory=list)
+
+    @field_validator("instances")
+    @classmethod
+    def _instance_forms(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*[.-]\*", v)]
+        if bad:
+            raise ValueError(f"an instance type is a family and a size written '*' (got {bad[0]!r})")
+        return values
 
     @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -90,7 +101,11 @@ class GpuModel(_Row):
             body = "(?:GeForce )?" + (f"(?:{brand.group(1)} )?" if brand.group(1) else "") + body
         elif workstation:
             body = "(?:RTX )?" + re.escape(self.name[workstation.end() :])
-        return re.compile(r"(?<![A-Za-z0-9])" + body + r"(?![A-Za-z0-9])", re.IGNORECASE)
+        # an AWS size is "8xlarge", "xlarge" or "metal"; a GCP size is a GPU count ("8g") or vCPUs
+        sizes = {".": r"\.(?:\d*x?large|metal)", "-": r"-\d+g?"}
+        instances = [re.escape(i[:-2]) + sizes[i[-2]] for i in self.instances]
+        body = "|".join([f"(?:{body})", *(f"(?:ml\\.)?{i}" for i in instances)])
+        return re.compile(r"(?<![A-Za-z0-9])(?:" + body + r")(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 class DriverFloor(_Row):

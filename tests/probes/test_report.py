@@ -348,3 +348,22 @@ def test_the_ultralytics_banner_names_torch_and_the_gpus(banner, torch, gpus):
 )
 def test_a_sentence_naming_a_gpu_model_gives_that_model(line, names):
     assert [d.name for d in parse_report(line).gpus.devices or []] == names
+
+
+def test_gpus_under_one_cut_name_with_different_memory_are_different_models():
+    # nvidia-smi cuts long names: "NVIDIA GeForce ..." is a 3090 (24 GiB) and a 3060 (12 GiB) here
+    rows = "\n".join(
+        [
+            "|   0  NVIDIA GeForce ...  Off  | 00000000:01:00.0 Off |                  N/A |",
+            "| 30%   55C    P2   142W / 350W |  17012MiB / 24576MiB |     34%      Default |",
+            "|   1  NVIDIA GeForce ...  Off  | 00000000:05:00.0 Off |                  N/A |",
+            "| 31%   57C    P2   139W / 350W |  17010MiB / 24576MiB |     36%      Default |",
+            "|   2  NVIDIA GeForce ...  Off  | 00000000:09:00.0 Off |                  N/A |",
+            "| 68%   79C    P2   169W / 170W |  11890MiB / 12288MiB |    100%      Default |",
+        ]
+    )
+    gpus = parse_report(rows).gpus
+    assert set(gpus.models) == {"NVIDIA GeForce"} and gpus.distinct_models == 2
+    # one model's totals differ only by how each tool counts them: still one model
+    same = parse_report(rows.replace("12288MiB", "23900MiB")).gpus
+    assert same.distinct_models == 1

@@ -282,3 +282,27 @@ def test_ampere_workstation_cards_are_found_without_their_rtx_prefix():
     assert found("four Nvidia A6000 GPUs") == ("RTX A6000",)
     assert found("NVIDIA RTX A6000") == ("RTX A6000",)
     assert found("NVIDIA A100-SXM4-80GB") == ("A100",)
+
+
+@pytest.mark.parametrize(
+    "text, models",
+    [
+        ("node 1: p3.8xlarge (4 GPUs), node 2: g5.12xlarge", ("A10G", "V100")),
+        ("a SageMaker notebook instance (ml.g5.12xlarge)", ("A10G",)),
+        ("two a2-highgpu-8g VMs on GCP", ("A100",)),
+        ("p5en.48xlarge", ("H200",)),
+        ("p6-b200.48xlarge", ("B200",)),
+        # a family without a size is a word, not an instance ("p3" of a paper, "g5" of a grid)
+        ("python3.8 in section p3", ()),
+        ("the g5 nodes", ()),
+    ],
+)
+def test_cloud_instance_types_name_their_gpu_model(text, models):
+    assert tables.shipped().models_in(text) == models
+
+
+def test_an_instance_type_is_a_family_and_a_size_pattern(tmp_path):
+    with pytest.raises(ValueError, match="instance type"):
+        tables.GpuModel.model_validate(
+            {"name": "V100", "capability": "7.0", "class": "datacenter", "p2p": "supported", "instances": ["p3"]}
+        )
