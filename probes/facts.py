@@ -629,10 +629,12 @@ class Launcher(Section):
         log = facts.log if facts is not None else None
         hosts = len(log.nccl.hosts) if log is not None and log.nccl is not None else 0
         said = any(s.id == "user_multi_node" for s in (log.signatures if log is not None else None) or [])
-        nodes = [n for n in (self.nnodes, self.slurm_nnodes) if n is not None]
-        if any(n >= 2 for n in nodes) or hosts >= 2 or said:
+        # SLURM's allocation is where the job runs; a launcher's or Trainer's node count asked
+        # for more than it (num_nodes=2 in one node's allocation) is a request, not more hosts
+        nodes = self.slurm_nnodes if self.slurm_nnodes is not None else self.nnodes
+        if (nodes or 0) >= 2 or hosts >= 2 or said:
             return True
-        return False if nodes else None
+        return False if nodes is not None else None
 
     @property
     def world_size_beyond_started(self) -> bool | None:
@@ -898,9 +900,21 @@ class Log(Section):
         return workers < world
 
     def _stated(self, signature: str, *keys: str) -> list[tuple[str, ...]] | None:
+        """The values the lines with ``signature`` state. The reader keeps a line's first; a line
+        that names nodes one by one (signature nodes_named_apart: "node1 has torch 1.13, node2
+        torch 2.0") gives every one, as each is a node's own."""
         if self.signatures is None:
             return None
-        return [tuple(s.data.get(k, "").lower() for k in keys) for s in self.signatures if s.id == signature]
+        from probes.signatures import shipped
+
+        known = shipped().signatures.get(signature)
+        apart = {s.line for s in self.signatures if s.id == "nodes_named_apart"}
+        found = []
+        for s in self.signatures:
+            if s.id == signature:
+                every = known.every(s.excerpt) if known and s.line in apart else ()
+                found.extend(tuple(data.get(k, "").lower() for k in keys) for data in [s.data, *every])
+        return found
 
     @property
     def torch_versions_differ(self) -> bool | None:

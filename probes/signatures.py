@@ -133,6 +133,17 @@ class SignatureDef(_Strict):
             found.update(required_literals(pattern) or ())
         return tuple(sorted(found))
 
+    def every(self, line: str) -> list[dict[str, str]]:
+        """The named groups of each place in a line that a pattern matches: a line may state
+        several ("box1 has pytorch:23.10-py3, box2 has pytorch:24.03-py3")."""
+        if any(u.search(line) for u in self.compiled_unless):
+            return []
+        return [
+            {k: v.strip() for k, v in m.groupdict().items() if v is not None}
+            for pattern in self.compiled
+            for m in pattern.finditer(line)
+        ]
+
     def match(self, line: str) -> dict[str, str] | None:
         for pattern in self.compiled:
             m = pattern.search(line)

@@ -145,6 +145,14 @@ def test_releases_stated_line_by_line_are_compared():
     two_tags = "box1: nvcr.io/nvidia/pytorch:23.10-py3\nbox2: nvcr.io/nvidia/pytorch:24.03-py3\n"
     assert log(two_tags).images_differ is True
     assert log("docker run nvcr.io/nvidia/pytorch:24.03-py3 on both\n").images_differ is False
+    # several on one line: each is read, not only the line's first
+    assert log("box1 has nvcr.io/nvidia/pytorch:23.10-py3, box2 has nvcr.io/nvidia/pytorch:24.03-py3\n").images_differ
+    assert log("multinode stuck at init, node1 has torch 1.13 node2 torch 2.0\n").torch_versions_differ is True
+    assert log("一台是 torch 1.13.1+cu117，另一台是 torch 2.0.1+cu118\n").torch_versions_differ is True
+    assert log("torch 2.1.0 and torch 2.1.0 on both nodes\n").torch_versions_differ is False
+    assert log("torch 2.1.0, torchvision 0.16.0\n").torch_versions_differ is False
+    # several on a line that names no nodes compare releases over time, not the nodes' own
+    assert log("it run well in torch 1.8.1, but get hang in torch 1.10.2 and 1.11.0\n").torch_versions_differ is False
 
 
 def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
@@ -162,6 +170,8 @@ def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
     )
     assert multi("our 2-node job hangs at the first all_reduce\n") is True
     assert multi("torchrun --nnodes=1 --nproc_per_node=8 train.py\n") is False
+    # SLURM's allocation is where the job runs: a Trainer asking for more nodes gets none
+    assert multi("#SBATCH --nodes=1 --ntasks-per-node=4\nTrainer(devices=4, num_nodes=2)\n") is False
     assert multi("RuntimeError: CUDA out of memory\n") is None
 
 
