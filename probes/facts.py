@@ -609,7 +609,12 @@ class Launcher(Section):
     slurm_gpus_on_node: int | None = None
     strategy: str | None = None  # as requested by the job: ddp, ddp_spawn, fsdp, deepspeed
     devices_requested: int | None = None
-    derived: ClassVar[tuple[str, ...]] = ("ranks_short_of_devices", "world_size_beyond_started", "multi_node")
+    derived: ClassVar[tuple[str, ...]] = (
+        "ranks_short_of_devices",
+        "slurm_tasks_short_of_devices",
+        "world_size_beyond_started",
+        "multi_node",
+    )
     _owner: _Owner = PrivateAttr(default_factory=_Owner)
 
     @property
@@ -619,6 +624,17 @@ class Launcher(Section):
         if self.world_size is None or self.devices_requested is None:
             return None
         return self.world_size < self.devices_requested
+
+    @property
+    def slurm_tasks_short_of_devices(self) -> bool | None:
+        """SLURM starts fewer tasks per node than the devices the job asks for per node (Lightning
+        under SLURM runs one rank per task and starts none itself). None when either is unknown,
+        or when a launcher on each node starts the ranks (torchrun's --nproc_per_node inside srun)."""
+        if self.slurm_ntasks_per_node is None or self.devices_requested is None:
+            return None
+        if self.local_world_size is not None or self.kind not in (None, "slurm"):
+            return None
+        return self.slurm_ntasks_per_node < self.devices_requested
 
     @property
     def multi_node(self) -> bool | None:

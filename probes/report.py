@@ -62,6 +62,13 @@ _TRACKED = frozenset(
     "peft triton xformers apex torchvision torchaudio nvidia-nccl-cu11 nvidia-nccl-cu12 torchmetrics".split()
 )
 _ENV_LINE = re.compile(r"^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>\S*)\s*$")
+# a container's environment in a Kubernetes manifest or a compose file: "- name: NCCL_DEBUG" with
+# "value: INFO" on the next line, or both in one flow mapping
+_ENV_ENTRY_NAME = re.compile(r"^-?\s*name:\s*[\x22\x27]?(?P<name>[A-Z][A-Z0-9_]*)[\x22\x27]?\s*$")
+_ENV_ENTRY_VALUE = re.compile(r"^value:\s*(?P<value>\S.*?)\s*$")
+_ENV_ENTRY_FLOW = re.compile(
+    r"^-?\s*\{\s*name:\s*[\x22\x27]?(?P<name>[A-Z][A-Z0-9_]*)[\x22\x27]?\s*,\s*value:\s*(?P<value>[^,}]+?)\s*\}\s*$"
+)
 _DOTTED = re.compile(r"^(?P<key>[A-Za-z][^.\[]*?)\s*\.{3,}\s*(?P<value>.+)$")
 
 _SMI_HEADER = re.compile(
@@ -210,6 +217,7 @@ class _Parser:
         self.saw_processes = False
         self.in_conda = False  # rows of a `conda list` table follow its header
         self.nccl_tests_host: str | None = None
+        self.env_entry: str | None = None  # a manifest's "- name: X" whose "value:" line follows
 
     def line(self, raw: str) -> None:
         raw = _QUOTE.sub("", raw.replace("\t", "    ")).rstrip()
@@ -366,10 +374,16 @@ class _Parser:
         if m and canonical_package(m.group("name")) in _TRACKED:
             f.package(m.group("name"), m.group("version"))
             return True
-        m = _ENV_LINE.match(line)
+        pending, self.env_entry = self.env_entry, None
+        value = _ENV_ENTRY_VALUE.match(line) if pending else None
+        m = _ENV_LINE.match(line) or _ENV_ENTRY_FLOW.match(line)
+        if value or (m and allowed(m.group("name"))):
+            name, text = (pending, value.group("value")) if value else (m.group("name"), m.group("value"))
+            f.env.setdefault(name, redact_value(name, text.strip("'\"")))
+            return True
+        m = _ENV_ENTRY_NAME.match(line)
         if m and allowed(m.group("name")):
-            name = m.group("name")
-            f.env.setdefault(name, redact_value(name, m.group("value").strip("'\"")))
+            self.env_entry = m.group("name")
             return True
         return False
 

@@ -227,3 +227,14 @@ def test_a_store_barrier_last_seen_short_of_the_world_with_nothing_formed_after(
     formed = "Rank 0: Completed store-based barrier for key:store_based_barrier_key:1 with 16 nodes."
     assert _log(short + "\n" + formed).store_short is False
     assert _log("nothing about the store here").store_short is None
+
+
+def test_slurm_tasks_short_of_the_devices_asked_for():
+    def short(text: str) -> bool | None:
+        return offline_facts(logs=[("log", text.splitlines(True))]).launcher.slurm_tasks_short_of_devices
+
+    lightning = "#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\nsrun python train.py\nTrainer(devices=4)\n"
+    assert short(lightning) is True
+    assert short(lightning.replace("ntasks-per-node=1", "ntasks-per-node=4")) is False
+    # torchrun in each task starts the node's ranks itself: one task per node is the layout
+    assert short("#SBATCH --ntasks-per-node=1\nsrun torchrun --nproc_per_node=4 train.py\n") is None

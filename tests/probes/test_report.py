@@ -367,3 +367,17 @@ def test_gpus_under_one_cut_name_with_different_memory_are_different_models():
     # one model's totals differ only by how each tool counts them: still one model
     same = parse_report(rows.replace("12288MiB", "23900MiB")).gpus
     assert same.distinct_models == 1
+
+
+def test_a_manifests_env_entries_are_settings():
+    manifest = "\n".join(
+        [
+            "        env:",
+            "          - name: NCCL_ASYNC_ERROR_HANDLING",
+            '            value: "0"',
+            "          - name: HF_TOKEN",
+            "            value: hf_abcdefghijklmnopqrstuvwxyz123456",
+            "          - {name: NCCL_DEBUG, value: INFO}",
+        ]
+    )
+    assert parse_report(manifest).env.values == {"NCCL_ASYNC_ERROR_HANDLING": "0", "NCCL_DEBUG": "INFO"}
