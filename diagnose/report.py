@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from probes.facts import Facts, ProbeError, Skipped
 
 # Bump the minor for additive changes, the major when a consumer would misread old data.
-REPORT_SCHEMA_VERSION = "1.3"
+REPORT_SCHEMA_VERSION = "1.4"
 
 Confidence = Literal["high", "medium", "low"]
 CheckState = Literal["fired", "not_fired", "unknown"]

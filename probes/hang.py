@@ -124,6 +124,19 @@ class StackError(Exception):
 # --- where a stack waits ------------------------------------------------------------------
 
 
+# the libraries whose own code a traceback runs through, by the folder their modules live in
+_LIBRARIES = {
+    "lightning": "lightning",
+    "pytorch_lightning": "lightning",
+    "lightning_fabric": "lightning",
+    "deepspeed": "deepspeed",
+    "accelerate": "accelerate",
+    "transformers": "transformers",
+    "peft": "peft",
+    "bitsandbytes": "bitsandbytes",
+}
+
+
 def is_library(path: str) -> bool:
     path = path.replace("\\", "/")
     return (
@@ -131,6 +144,8 @@ def is_library(path: str) -> bool:
         or "/site-packages/" in path
         or "/dist-packages/" in path
         or _STDLIB.search(path) is not None
+        # a path elided in a pasted traceback (".../deepspeed/runtime/engine.py")
+        or (path.startswith("...") and any(f in _LIBRARIES or f == "torch" for f in path.split("/")[:-1]))
     )
 
 
@@ -160,6 +175,17 @@ def activity(waiting_in: str | None) -> str | None:
     if waiting_in is None:
         return None
     return "collective" if waiting_in in PEER_WAITS else _ACTIVITY.get(waiting_in, "compute")
+
+
+def frame_library(frames: Sequence[Frame]) -> str | None:
+    """The library (of _LIBRARIES) of the innermost frame in one, frames innermost first: which
+    library called into torch when torch failed. Paths may be elided (".../deepspeed/runtime/x.py")."""
+    for frame in frames:
+        folders = frame.file.replace("\\", "/").split("/")[:-1]
+        found = next((_LIBRARIES[f] for f in reversed(folders) if f in _LIBRARIES), None)
+        if found:
+            return found
+    return None
 
 
 def user_frame(frames: Sequence[Frame]) -> Frame | None:
@@ -746,6 +772,9 @@ def tracebacks(lines: Iterable[str]) -> list[tuple[int | None, list[str]]]:
         if text.startswith("Traceback (most recent call last):"):
             open_[rank] = [text]
             continue
+        if rank not in open_ and _TB_FRAME.match(text):
+            # a traceback pasted without its first line starts at its first frame
+            open_[rank] = ["Traceback (most recent call last):"]
         aborted = _TERMINATE.match(text)
         if aborted:  # a C++ exception no Python code caught: the process aborts (SIGABRT)
             uncaught[rank] = aborted.group(1)
@@ -794,6 +823,7 @@ def first_failure(lines: Iterable[str], rank: int | None, read: Callable[[str], 
         exception=kind.group("type") if kind else None,
         message=(kind.group("message") or "")[:300] if kind else None,
         user_frame=user_frame(frames[::-1]),
+        library=frame_library(frames[::-1]),
         signatures=ids,
         explained=any(i not in GENERIC_SIGNATURES for i in ids),
     )

@@ -117,6 +117,20 @@ def test_the_first_traceback_names_its_exception_and_the_users_innermost_frame()
     assert log.failure.exception == "ModuleNotFoundError"
     assert log.failure.user_frame.file == "/work/train.py" and log.failure.user_frame.line == 41
     assert log.failure.explained  # import_error is more than "a Python exception"
+    assert log.failure.library == "lightning"
+
+
+def test_a_traceback_pasted_from_its_first_frame_names_the_library_that_failed():
+    # no "Traceback" line, paths shortened: DeepSpeed called a torch API this torch lacks
+    log = _log(
+        "accelerate launch train.py fails in every process:\n"
+        '  File ".../deepspeed/runtime/engine.py", line 300, in __init__\n'
+        '  File ".../deepspeed/runtime/compiler.py", line 29, in disable\n'
+        "    return torch.compiler.disable(func)\n"
+        "AttributeError: module 'torch' has no attribute 'compiler'\n"
+    )
+    assert log.failure.exception == "AttributeError" and log.failure.library == "deepspeed"
+    assert log.failure.user_frame is None  # both frames are DeepSpeed's, none the user's
 
 
 def test_a_traceback_cut_short_still_gives_the_frame_it_reached():
