@@ -25,15 +25,15 @@ FRAMEWORK_MESSAGES = yaml.safe_load((FIXTURES / "framework_messages.yaml").read_
 # changed rules, less a margin of two reports (bench/paraphrases.csv has the history)
 REPORT_FLOORS = {
     "a": 0.96,
-    "b": 0.77,
+    "b": 0.78,
     "c": 0.95,
-    "d": 0.83,
+    "d": 0.85,
     "e": 0.95,
     "f": 0.69,
     "g": 0.95,
     "h": 0.85,
-    "i": 0.62,
-    "j": 0.37,
+    "i": 0.85,
+    "j": 0.40,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
 # the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
