@@ -741,7 +741,7 @@ class Failure(_Model):
     exception: str | None = None  # the type, as printed: ValueError, torch.distributed.DistBackendError
     message: str | None = None
     user_frame: Frame | None = None  # innermost frame of the user's code in its traceback
-    # the library (besides torch) of the innermost frame that is one's: deepspeed, accelerate...
+    # the library (not torch) whose frame is innermost in the traceback: deepspeed, accelerate...
     library: str | None = None
     signatures: list[str] = Field(default_factory=list)  # what the catalog recognises in that traceback
     # a signature more specific than "a Python exception" names it: then the cascade is not the answer

@@ -178,8 +178,9 @@ def activity(waiting_in: str | None) -> str | None:
 
 
 def frame_library(frames: Sequence[Frame]) -> str | None:
-    """The library (of _LIBRARIES) of the innermost frame in one, frames innermost first: which
-    library called into torch when torch failed. Paths may be elided (".../deepspeed/runtime/x.py")."""
+    """Of frames innermost first, the library (of _LIBRARIES) that the innermost frame inside one
+    belongs to: which library called into torch when torch failed. Paths may be shortened
+    (".../deepspeed/runtime/x.py")."""
     for frame in frames:
         folders = frame.file.replace("\\", "/").split("/")[:-1]
         found = next((_LIBRARIES[f] for f in reversed(folders) if f in _LIBRARIES), None)
