@@ -663,8 +663,8 @@ class Launcher(Section):
         per_node = self.slurm_ntasks_per_node
         started = self.slurm_ntasks or (per_node * self.slurm_nnodes if per_node and self.slurm_nnodes else None)
         facts = self._owner.facts
-        signatures = facts.log.signatures if facts is not None else None
-        stated = [int(s.data["size"]) for s in signatures or [] if s.id == "world_size_stated" and s.data.get("size")]
+        sizes = (facts.log.stated("world_size_stated", "size") if facts is not None else None) or []
+        stated = [int(size) for (size,) in sizes if size.isdigit()]
         if not started or not stated:
             return None
         return max(stated) > started
@@ -917,7 +917,7 @@ class Log(Section):
             return False
         return workers < world
 
-    def _stated(self, signature: str, *keys: str) -> list[tuple[str, ...]] | None:
+    def stated(self, signature: str, *keys: str) -> list[tuple[str, ...]] | None:
         """The values the lines with ``signature`` state. The reader keeps a line's first; a line
         that names nodes one by one (signature nodes_named_apart: "node1 has torch 1.13, node2
         torch 2.0") gives every one, as each is a node's own."""
@@ -940,7 +940,7 @@ class Log(Section):
         one node, "2.2.1+cu121" on another; two pip listings): ranks or nodes that run different
         torch, or a report comparing releases. A release stated shorter ("torch 2.1" beside
         "2.1.2+cu121") is the same one. None when no torch release is stated."""
-        stated = {version for (version,) in self._stated("torch_release_stated", "version") or []}
+        stated = {version for (version,) in self.stated("torch_release_stated", "version") or []}
         if not stated:
             return None
         distinct = {v for v in stated if not any(w != v and w.startswith((v + ".", v + "+")) for w in stated)}
@@ -951,7 +951,7 @@ class Log(Section):
         """Whether one container image is named with two tags or digests ("pytorch:23.10-py3" and
         "pytorch:24.03-py3"; two sha256 digests of one tag): containers that run different stacks.
         None when no image is named."""
-        stated = self._stated("container_image", "image", "tag")
+        stated = self.stated("container_image", "image", "tag")
         if not stated:
             return None
         tags: dict[str, set[str]] = {}

@@ -271,7 +271,7 @@ def _stated(facts: Facts, texts: list[str], torch_releases: list[str]) -> None:
 
 def _torch_stated(log: Log) -> list[str]:
     """The torch releases a text states, in order (signature torch_release_stated)."""
-    return [s.data["version"] for s in log.signatures or [] if s.id == "torch_release_stated" and s.data.get("version")]
+    return [version for (version,) in log.stated("torch_release_stated", "version") or [] if version]
 
 
 def _from_signatures(facts: Facts) -> None:

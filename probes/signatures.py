@@ -76,6 +76,10 @@ def _compile(pattern: str) -> Any:
         raise ValueError(str(exc)) from None
 
 
+def _groups(m: Any) -> dict[str, str]:
+    return {k: v.strip() for k, v in m.groupdict().items() if v is not None}
+
+
 class SignatureDef(_Strict):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     description: str
@@ -138,11 +142,7 @@ class SignatureDef(_Strict):
         several ("box1 has pytorch:23.10-py3, box2 has pytorch:24.03-py3")."""
         if any(u.search(line) for u in self.compiled_unless):
             return []
-        return [
-            {k: v.strip() for k, v in m.groupdict().items() if v is not None}
-            for pattern in self.compiled
-            for m in pattern.finditer(line)
-        ]
+        return [_groups(m) for pattern in self.compiled for m in pattern.finditer(line)]
 
     def match(self, line: str) -> dict[str, str] | None:
         for pattern in self.compiled:
@@ -150,7 +150,7 @@ class SignatureDef(_Strict):
             if m:
                 if any(u.search(line) for u in self.compiled_unless):
                     return None
-                data = {k: v.strip() for k, v in m.groupdict().items() if v is not None}
+                data = _groups(m)
                 for extra in self.compiled_fields:
                     f = extra.search(line)
                     if f:
