@@ -11,11 +11,12 @@ Stack Overflow question whose clue sits in the code, a hurried chat message with
 issue that is mostly what was already tried, a pasted log with one line of question, a Chinese
 (a few Japanese or Korean) forum post, and a second-hand report by a colleague or support person;
 sets I and J (a fifth writer, eight per cause in each): only the seven causes the held-out sets
-ranked worst (``--by-cause``), each report hinging on a different clue, in mixed styles.
-They measure how the reader takes wordings no real case held yet.
+ranked worst (``--by-cause``), each report hinging on a different clue, in mixed styles;
+sets K and L (a sixth writer, eight per cause in each): the same seven causes, each of its sixteen
+reports on yet another clue. They measure how the reader takes wordings no real case held yet.
 
-A, C, E, G and I are development sets: their misses may guide general fixes (vocabulary, library
-messages), never a pattern copied from their text. B, D, F, H and J are held out: scored, not read. The
+A, C, E, G, I and K are development sets: their misses may guide general fixes (vocabulary, library
+messages), never a pattern copied from their text. B, D, F, H, J and L are held out: scored, not read. The
 blind scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
 keeps a floor under each set, and under the symptom phrases (``bench/phrases.csv``), whose shares
 its assertion messages print.
@@ -41,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 from diagnose import diagnose_text  # noqa: E402
 from diagnose.kb import load_kb  # noqa: E402
 
-SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefghij"}
-DEVELOPMENT = "acegi"  # the others are held out: --misses does not list them
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefghijkl"}
+DEVELOPMENT = "acegik"  # the others are held out: --misses does not list them
 
 
 def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:

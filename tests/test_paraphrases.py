@@ -34,6 +34,8 @@ REPORT_FLOORS = {
     "h": 0.85,
     "i": 0.87,
     "j": 0.40,
+    "k": 0.50,
+    "l": 0.42,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
 # the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
