@@ -8,6 +8,7 @@ per field, why something could not be probed.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any, ClassVar, Literal
 
@@ -781,6 +782,20 @@ class NcclState(_Model):
 
 
 # what says a job runs on GPUs (Log.mentions_gpu), and Lightning's banner for a CPU run
+# a traceback frame inside an installed library, by its path below site-packages (or a path
+# elided to ".../lightning/..."), so that two nodes' environments compare
+_LIBRARY_FRAME = _linear(
+    r'File "(?:[^"]*?[/\\](?:site|dist)-packages[/\\]|\.\.\.[/\\])(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>[\w.<>]+)'
+)
+_RANK_PREFIX = _linear(r"^\s*\[(?:rank|default)\d+\]:")
+# glog's prefix of torch's C++ messages, old ("[E ProcessGroupNCCL.cpp:563]") and new ("[E1104
+# 09:12:03.551201 140221 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1418]"); the message's
+# words after its own bracketed rank ("[Rank 2]", "[PG 0 (default_pg) Rank 2]"), without numbers
+_CPP_POSITION = _linear(
+    r"\[[EWIF]\d{0,4}(?: [\d:.]+ \d+)? (?:[\w.-]+/)*(?P<file>\w+\.(?:cpp|cc|hpp|h)):(?P<line>\d+)\]"
+    r"(?:\s*\[[^\]]*\])*\s*(?P<message>[^\n]*)"
+)
+_CPP_MESSAGE_WORDS = re.compile(r"[A-Za-z]{2,}")
 _GPU_JOB = _linear(
     r"(?i)\bnccl|\bcuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
 )
@@ -802,7 +817,7 @@ class Log(Section):
     derived: ClassVar[tuple[str, ...]] = (
         "signature_ids", "failing_ranks", "nccl_versions_differ", "store_overcounted", "ends_joining_group",
         "ends_out_of_data", "mentions_gpu", "backend", "ranks_vs_visible", "shapes_differ_across_ranks",
-        "torch_versions_differ", "images_differ",
+        "torch_versions_differ", "images_differ", "library_code_skew",
         "store_short",
     )  # fmt: skip
 
@@ -958,6 +973,31 @@ class Log(Section):
         for image, tag in stated:
             tags.setdefault(image, set()).add(tag)
         return any(len(seen) > 1 for seen in tags.values())
+
+    @property
+    def library_code_skew(self) -> bool | None:
+        """Whether one line of an installed library's code is quoted at two line numbers of its
+        file: the same statement of the same function (``fit_loop.py", line 359, in advance`` in
+        one node's traceback, ``line 375`` in another's) can only move between releases, so two
+        releases of that library ran in the job. torch's C++ log lines count the same way: one
+        message at two positions of its source (``[E ProcessGroupNCCL.cpp:563]`` and ``:475``
+        before "Watchdog caught collective operation timeout"). None when neither is quoted."""
+        if self.lines is None:
+            return None
+        seen: dict[tuple[str, str, str], set[str]] = {}
+        for line in self.lines:  # torch's own C++ log lines: one message, two source positions
+            m = _CPP_POSITION.search(line.text)
+            words = _CPP_MESSAGE_WORDS.findall(m.group("message")) if m else []
+            if len(words) >= 3:
+                seen.setdefault((m.group("file"), "", " ".join(words[:5]).lower()), set()).add(m.group("line"))
+        for frame, code in itertools.pairwise(self.lines):
+            m = _LIBRARY_FRAME.search(frame.text)
+            if m is None or code.no != frame.no + 1 or code.source != frame.source:
+                continue
+            quoted = _RANK_PREFIX.sub("", code.text).strip()
+            if quoted and not quoted.startswith(("File ", "^", "~")):
+                seen.setdefault((m.group("path"), m.group("function"), quoted), set()).add(m.group("line"))
+        return any(len(lines) > 1 for lines in seen.values()) if seen else None
 
     @property
     def nccl_versions_differ(self) -> bool | None:

@@ -167,6 +167,32 @@ def test_releases_stated_line_by_line_are_compared():
     assert log("torch 2.1.0, torchvision 0.16.0\n").torch_versions_differ is False
     # several on a line that names no nodes compare releases over time, not the nodes' own
     assert log("it run well in torch 1.8.1, but get hang in torch 1.10.2 and 1.11.0\n").torch_versions_differ is False
+    # enroot/pyxis name the registry apart with '#'
+    assert log("a: nvcr.io#nvidia/pytorch:23.10-py3\nb: nvcr.io#nvidia/pytorch:24.03-py3\n").images_differ is True
+
+
+def test_one_library_line_quoted_at_two_line_numbers_is_two_releases():
+    def log(text: str):
+        return offline_facts(logs=[("log", text.splitlines(True))]).log
+
+    frame = '  File "/{env}/lib/python3.10/site-packages/lightning/pytorch/loops/fit_loop.py", line {no}, in advance\n'
+    code = "    self.epoch_loop.run(self._data_fetcher)\n"
+    two = frame.format(env="a", no=359) + code + "node b:\n" + frame.format(env="b", no=375) + code
+    assert log(two).library_code_skew is True
+    # the same release in two environments, and two statements of one function, are one release
+    assert log(two.replace("375", "359")).library_code_skew is False
+    other = frame.format(env="b", no=375) + "    self.advance(data_fetcher)\n"
+    assert log(frame.format(env="a", no=359) + code + other).library_code_skew is False
+    # ranks' prefixes and elided paths compare too; user code never does
+    ranked = f"[rank0]:{frame.format(env='a', no=359)}[rank0]:{code}[rank4]:{frame.format(env='b', no=375)}[rank4]:{code}"
+    assert log(ranked).library_code_skew is True
+    mine = '  File "/home/me/train.py", line 3, in main\n    fit()\n  File "/home/me/train.py", line 9, in main\n    fit()\n'
+    assert log(mine).library_code_skew is None
+    # torch's C++ log: one message at two positions of its source, whatever the rank and numbers
+    old = "[E ProcessGroupNCCL.cpp:{no}] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={r})\n"
+    assert log(old.format(no=563, r=2) + old.format(no=475, r=5)).library_code_skew is True
+    new = "[E1104 09:12:03.551201 140 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:563] [PG 0 Rank 7] Watchdog caught collective operation timeout\n"
+    assert log(old.format(no=563, r=2) + new).library_code_skew is False
 
 
 def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
