@@ -184,12 +184,16 @@ def test_one_library_line_quoted_at_two_line_numbers_is_two_releases():
     other = frame.format(env="b", no=375) + "    self.advance(data_fetcher)\n"
     assert log(frame.format(env="a", no=359) + code + other).library_code_skew is False
     # ranks' prefixes and elided paths compare too; user code never does
-    ranked = f"[rank0]:{frame.format(env='a', no=359)}[rank0]:{code}[rank4]:{frame.format(env='b', no=375)}[rank4]:{code}"
+    ranked = (
+        f"[rank0]:{frame.format(env='a', no=359)}[rank0]:{code}[rank4]:{frame.format(env='b', no=375)}[rank4]:{code}"
+    )
     assert log(ranked).library_code_skew is True
     mine = '  File "/home/me/train.py", line 3, in main\n    fit()\n  File "/home/me/train.py", line 9, in main\n    fit()\n'
     assert log(mine).library_code_skew is None
     # torch's C++ log: one message at two positions of its source, whatever the rank and numbers
-    old = "[E ProcessGroupNCCL.cpp:{no}] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={r})\n"
+    old = (
+        "[E ProcessGroupNCCL.cpp:{no}] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={r})\n"
+    )
     assert log(old.format(no=563, r=2) + old.format(no=475, r=5)).library_code_skew is True
     new = "[E1104 09:12:03.551201 140 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:563] [PG 0 Rank 7] Watchdog caught collective operation timeout\n"
     assert log(old.format(no=563, r=2) + new).library_code_skew is False
