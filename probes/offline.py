@@ -42,6 +42,9 @@ _INT_ARGS = {
     "local_world_size": _linear(r"--nproc[_-]per[_-]node[= ]+(\d+)"),
     "nnodes": _linear(
         r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)(?:[^\d:]|$)|\bnum_nodes\s*=\s*(\d+)|\b(?:NNODES|NUM_NODES|N_NODES)=(\d+)\b"
+        # a config file's key (a Trainer's num_nodes, accelerate's num_machines), small as node
+        # counts are: a graph's num_nodes runs to thousands
+        r"|\b(?:num_nodes|num_machines):\s*([1-9]\d?)\b(?:\s*(?:#|,|\)|$))"
     ),
     "node_rank": _linear(r"--node[_-]rank[= ]+(\d+)"),
     "master_port": _linear(r"--master[_-]port[= ]+(\d+)"),

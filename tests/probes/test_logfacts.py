@@ -205,6 +205,10 @@ def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
 
     assert multi("torchrun --nnodes=2 --nproc_per_node=8 train.py\n") is True
     assert multi("#SBATCH --nodes=4\nsrun python train.py\n") is True
+    # a config's key; a graph's num_nodes (thousands) is no node count
+    assert multi("trainer:\n  devices: 4\n  num_nodes: 2\n") is True
+    assert multi("compute_environment: LOCAL_MACHINE\nnum_machines: 2\n") is True
+    assert multi("Data(x=[2708, 1433], num_nodes: 2708)\n") is None
     assert (
         multi(
             "gpu-a01:3312:3312 [0] NCCL INFO Bootstrap : Using ib0:10.20.0.5<0>\n"
