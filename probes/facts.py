@@ -796,6 +796,10 @@ _CPP_POSITION = _linear(
     r"(?:\s*\[[^\]]*\])*\s*(?P<message>[^\n]*)"
 )
 _CPP_MESSAGE_WORDS = re.compile(r"[A-Za-z]{2,}")
+# the libraries' own code that syncs a metric or a logged value across ranks
+_METRIC_SYNC = re.compile(
+    r"(?:^|/)torchmetrics/|(?:^|/)(?:lightning/pytorch|pytorch_lightning)/trainer/connectors/logger_connector/"
+)
 _GPU_JOB = _linear(
     r"(?i)\bnccl|\bcuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
 )
@@ -1085,13 +1089,27 @@ class Hang(Section):
     rank_zero_calls: list[SourceCall] | None = None  # collectives in the job's source that only some ranks reach
     first_failure: Failure | None = None  # a crashed job: the first failing rank's exception
     last_output: str | None = None  # the job's last line of output before the hang
-    derived: ClassVar[tuple[str, ...]] = ("waiting_in", "divergent", "rank_branch_waits", "rank_zero_call_sites")
+    derived: ClassVar[tuple[str, ...]] = (
+        "waiting_in", "divergent", "rank_branch_waits", "rank_zero_call_sites", "metric_sync_waits",
+    )  # fmt: skip
 
     @property
     def waiting_in(self) -> list[str] | None:
         if not self.ranks:
             return None
         return sorted({r.waiting_in or "unknown" for r in self.ranks})
+
+    @property
+    def metric_sync_waits(self) -> bool | None:
+        """Whether a rank waits in a collective that a metric or logging library issued for it
+        (torchmetrics' state sync, Lightning's logged-value reduce of self.log(sync_dist=True)):
+        a sync that every rank must reach, called where only some do. None without stacks."""
+        if not self.ranks:
+            return None
+        return any(
+            r.activity == "collective" and any(_METRIC_SYNC.search(f.file.replace("\\", "/")) for f in r.frames)
+            for r in self.ranks
+        )
 
     @property
     def divergent(self) -> bool | None:

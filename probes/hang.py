@@ -137,6 +137,12 @@ _LIBRARIES = {
 }
 
 
+# packages whose files py-spy names by their path below the import path
+_PACKAGES = frozenset(
+    {*_LIBRARIES, "torch", "torchmetrics", "torchvision", "torchaudio", "numpy", "datasets", "diffusers", "safetensors"}
+)
+
+
 def is_library(path: str) -> bool:
     path = path.replace("\\", "/")
     return (
@@ -146,6 +152,8 @@ def is_library(path: str) -> bool:
         or _STDLIB.search(path) is not None
         # a path elided in a pasted traceback (".../deepspeed/runtime/engine.py")
         or (path.startswith("...") and any(f in _LIBRARIES or f == "torch" for f in path.split("/")[:-1]))
+        # py-spy's, relative to the import path ("torch/distributed/distributed_c10d.py")
+        or ("/" in path and path.split("/", 1)[0] in _PACKAGES)
     )
 
 
@@ -227,6 +235,34 @@ def parse_pyspy(text: str, pid: int) -> tuple[list[Frame], str | None]:
     ]
     active = main.get("active")
     return frames, None if active is None else ("active" if active else "idle")
+
+
+# py-spy dump's text, as users paste it: 'Thread 0x7F3A (idle): "MainThread"', then one
+# indented 'function (file:line)' per frame, innermost first (--locals indents its values deeper)
+_PYSPY_THREAD = re.compile(r'^\s*Thread (?:0x[0-9a-fA-F]+|\d+) \((?P<state>idle|active)[^)]*\): "(?P<name>[^"]*)"')
+_PYSPY_FRAME = re.compile(r"^\s+(?P<function>[\w.<>]+) \((?P<file>[^():]+):(?P<line>\d+)\)\s*$")
+
+
+def pasted_stacks(lines: Iterable[str]) -> list[RankStack]:
+    """The main threads of the py-spy dumps a log holds (``py-spy dump`` printed, not its
+    JSON), one stack each: a report that shows where its hung ranks wait."""
+    stacks: list[RankStack] = []
+    frames: list[Frame] | None = None  # the main thread's, while its frames are read
+    state = None
+    for raw in [*lines, ""]:
+        line = _PREFIX.sub("", raw.rstrip("\n"))
+        thread = _PYSPY_THREAD.match(line)
+        frame = None if thread or frames is None else _PYSPY_FRAME.match(line)
+        if frame:
+            frames.append(Frame(file=frame["file"], line=int(frame["line"]), function=frame["function"]))
+            continue
+        if frames is not None and (thread or not line.startswith(" " * 8)):
+            if frames:
+                stacks.append(rank_stack(frames, method="py-spy", state=state))
+            frames = None
+        if thread and thread["name"] == "MainThread":
+            frames, state = [], thread["state"]
+    return stacks[:MAX_TRACEBACKS]
 
 
 def pyspy_stack(pid: int, py_spy: str, run: Callable[..., Result] = run_command) -> tuple[list[Frame], str | None]:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from probes.facts import Facts, Gpu, Log, Section, Skipped, Source
+from probes.hang import pasted_stacks
 from probes.log import LogError, log_from_text, read_log
 from probes.logfacts import structure
 from probes.patterns import compile as _linear  # the texts are untrusted: linear-time matching
@@ -74,7 +75,9 @@ _DEVICES = [
     _linear(r"\bnum_processes\s*=\s*(?P<n>\d+)\b"),
 ]
 _MASTER_ADDR = _linear(
-    r"(?i)(?:--master[_-]addr[= ]+|\bMASTER_ADDR\s*=\s*|\bmaster_addr\s*(?:=|:|设置成|设置为|设为|set to|is)\s*)"
+    r"(?i)(?:--master[_-]addr[= ]+|\bMASTER_ADDR\s*=\s*|\bmaster_addr\s*(?:=|:|设置成|设置为|设为|set to|is)\s*"
+    # the store's host given as a TCP init method (init_process_group's, a --dist-url)
+    r"|\b(?:init_method|dist[_-]url)\b[=: \"'f]{1,4}tcp://)"
     r"[\"']?(?P<a>[A-Za-z0-9][\w.-]*)"
 )
 _VISIBLE = _linear(r"""\bCUDA_VISIBLE_DEVICES\s*=\s*["']?(?P<v>\d+(?:\s*,\s*\d+)*)["']?(?:\s|$|;)""")
@@ -138,6 +141,10 @@ def offline_facts(
     lines = [line.text for line in facts.log.lines or []]
     _stated(facts, texts + ["\n".join(lines)], stated_torch + _torch_stated(facts.log))
     _from_signatures(facts)
+    # py-spy dumps pasted in the log show where the hung ranks wait, as `diagnose hang` would
+    stacks = pasted_stacks(lines)
+    if stacks:
+        _set(facts.hang, "ranks", stacks)
     # a report's lines can reach the log too: count each image once
     images = len(
         {m.group(0) for text in [*texts, *(line.text for line in facts.log.lines or [])] for m in _IMAGE.finditer(text)}

@@ -332,3 +332,48 @@ def test_faulthandler_hook_gives_the_stack_without_ptrace(tmp_path):
 def test_faulthandler_stack_of_a_process_without_the_hook_is_an_error(tmp_path):
     with pytest.raises(StackError, match="did not load the diagnose hook"):
         faulthandler_stack(os.getpid(), tmp_path)
+
+
+PASTED_PYSPY = """\
+job frozen before the first step, py-spy dump on rank 0:
+Process 3011: python train.py
+Python v3.10.12 (/usr/bin/python3.10)
+
+Thread 0x7F3A2C9FE740 (idle): "MainThread"
+    _store_based_barrier (torch/distributed/distributed_c10d.py:1000)
+    init_process_group (torch/distributed/distributed_c10d.py:932)
+        Arguments:
+            backend: "nccl"
+    setup_dist (utils/dist.py:41)
+    main (train.py:88)
+Thread 0x7F3A1C1FE640 (idle): "Thread-1"
+    wait (threading.py:320)
+[rank1]:Thread 3012 (active): "MainThread"
+[rank1]:    all_gather (torch/distributed/distributed_c10d.py:2948)
+[rank1]:    _sync_dist (torchmetrics/metric.py:495)
+[rank1]:    on_validation_epoch_end (model.py:212)
+"""
+
+
+def test_pasted_pyspy_dumps_are_stacks_of_their_main_threads():
+    from probes.hang import pasted_stacks
+
+    first, second = pasted_stacks(PASTED_PYSPY.splitlines())
+    assert (first.waiting_in, first.state, first.method) == ("rendezvous", "idle", "py-spy")
+    # py-spy prints library paths relative to the import path: the user's frame is the script's
+    assert first.user_frame.file == "utils/dist.py"
+    assert [f.function for f in first.frames] == ["_store_based_barrier", "init_process_group", "setup_dist", "main"]
+    assert second.waiting_in == "all_gather" and second.user_frame.function == "on_validation_epoch_end"
+    assert pasted_stacks(['Thread 1 (idle): "MainThread"', "no frames here"]) == []
+
+
+def test_a_pasted_dump_is_the_offline_hang_and_a_metric_sync_is_named():
+    from probes.offline import offline_facts
+
+    hang = offline_facts(logs=[("log", PASTED_PYSPY.splitlines(True))]).hang
+    assert hang.waiting_in == ["all_gather", "rendezvous"] and hang.divergent is True
+    assert hang.metric_sync_waits is True
+    assert (
+        offline_facts(logs=[("log", PASTED_PYSPY.split("[rank1]")[0].splitlines(True))]).hang.metric_sync_waits is False
+    )
+    assert offline_facts(logs=[("log", ["no dump\n"])]).hang.metric_sync_waits is None

@@ -344,3 +344,12 @@ def test_the_process_group_backend_is_read_only_when_the_log_names_one(lines, ba
 
 def test_no_log_no_backend():
     assert offline_facts(reports=[("r", "PyTorch version: 2.1.0\n")]).log.backend is None
+
+
+def test_the_store_host_of_a_tcp_init_method_is_the_master_address():
+    def addr(text: str) -> str | None:
+        return offline_facts(logs=[("log", text.splitlines(True))]).launcher.master_addr
+
+    assert addr('dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=r)\n') == "127.0.0.1"
+    assert addr("python train.py --dist-url tcp://10.0.0.5:23456 --world-size 2\n") == "10.0.0.5"
+    assert addr('init_method="env://"\n') is None
