@@ -34,7 +34,7 @@ REPORT_FLOORS = {
     "h": 0.85,
     "i": 0.87,
     "j": 0.40,
-    "k": 0.50,
+    "k": 0.58,
     "l": 0.42,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
