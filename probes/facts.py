@@ -781,13 +781,13 @@ class NcclState(_Model):
     last_line: str | None = None  # the last NCCL line kept: where a stalled init stopped
 
 
-# what says a job runs on GPUs (Log.mentions_gpu), and Lightning's banner for a CPU run
 # a traceback frame inside an installed library, by its path below site-packages (or a path
 # elided to ".../lightning/..."), so that two nodes' environments compare
 _LIBRARY_FRAME = _linear(
     r'File "(?:[^"]*?[/\\](?:site|dist)-packages[/\\]|\.\.\.[/\\])(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>[\w.<>]+)'
 )
-_RANK_PREFIX = _linear(r"^\s*\[(?:rank|default)\d+\]:")
+# the launcher's "[rank3]:" (torchrun's --tee / log prefix) before each line of a rank's output
+RANK_PREFIX = _linear(r"^\[(?:rank|default)(\d+)\]:\s?")
 # glog's prefix of torch's C++ messages, old ("[E ProcessGroupNCCL.cpp:563]") and new ("[E1104
 # 09:12:03.551201 140221 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1418]"); the message's
 # words after its own bracketed rank ("[Rank 2]", "[PG 0 (default_pg) Rank 2]"), without numbers
@@ -800,6 +800,7 @@ _CPP_MESSAGE_WORDS = re.compile(r"[A-Za-z]{2,}")
 _METRIC_SYNC = re.compile(
     r"(?:^|/)torchmetrics/|(?:^|/)(?:lightning/pytorch|pytorch_lightning)/trainer/connectors/logger_connector/"
 )
+# what says a job runs on GPUs (Log.mentions_gpu), and Lightning's banner for a CPU run
 _GPU_JOB = _linear(
     r"(?i)\bnccl|\bcuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
 )
@@ -998,7 +999,7 @@ class Log(Section):
             m = _LIBRARY_FRAME.search(frame.text)
             if m is None or code.no != frame.no + 1 or code.source != frame.source:
                 continue
-            quoted = _RANK_PREFIX.sub("", code.text).strip()
+            quoted = RANK_PREFIX.sub("", code.text.lstrip()).strip()
             if quoted and not quoted.startswith(("File ", "^", "~")):
                 seen.setdefault((m.group("path"), m.group("function"), quoted), set()).add(m.group("line"))
         return any(len(lines) > 1 for lines in seen.values()) if seen else None

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import psutil
 
-from probes.facts import Collective, Failure, Frame, Hang, RankStack, SourceCall, Straggler
+from probes.facts import RANK_PREFIX, Collective, Failure, Frame, Hang, RankStack, SourceCall, Straggler
 from probes.runner import Result
 from probes.runner import run as run_command
 
@@ -139,7 +139,7 @@ _LIBRARIES = {
 
 # packages whose files py-spy names by their path below the import path
 _PACKAGES = frozenset(
-    {*_LIBRARIES, "torch", "torchmetrics", "torchvision", "torchaudio", "numpy", "datasets", "diffusers", "safetensors"}
+    {*_LIBRARIES, "torch", "torchmetrics", "torchvision", "torchaudio", "numpy", "diffusers", "safetensors"}
 )
 
 
@@ -250,7 +250,7 @@ def pasted_stacks(lines: Iterable[str]) -> list[RankStack]:
     frames: list[Frame] | None = None  # the main thread's, while its frames are read
     state = None
     for raw in [*lines, ""]:
-        line = _PREFIX.sub("", raw.rstrip("\n"))
+        line = RANK_PREFIX.sub("", raw.rstrip("\n"))
         thread = _PYSPY_THREAD.match(line)
         frame = None if thread or frames is None else _PYSPY_FRAME.match(line)
         if frame:
@@ -789,7 +789,6 @@ def _user_files(stacks: Sequence[RankStack]) -> set[str]:
 
 _TERMINATE = re.compile(r"^terminate called after throwing an instance of '([\w:.<>]+)'")
 _WHAT = re.compile(r"^\s+what\(\):\s+(.*)$")
-_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:\s?")
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.:]*)(?::\s*(?P<message>.*))?$")
 TRACEBACK_MAX_LINES = 400
 MAX_TRACEBACKS = 8
@@ -804,7 +803,7 @@ def tracebacks(lines: Iterable[str]) -> list[tuple[int | None, list[str]]]:
     done: list[tuple[int | None, list[str]]] = []
     for raw in lines:
         line = raw.rstrip("\n")
-        m = _PREFIX.match(line)
+        m = RANK_PREFIX.match(line)
         rank, text = (int(m.group(1)), line[m.end() :]) if m else (None, line)
         if text.startswith("Traceback (most recent call last):"):
             open_[rank] = [text]
