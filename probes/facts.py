@@ -351,6 +351,7 @@ class GpuProcess(_Model):
 
 class Gpu(_Model):
     index: int
+    node: str | None = None  # where a report lists several nodes' GPUs: the task label it came under
     name: str | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None

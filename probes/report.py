@@ -48,8 +48,14 @@ _ULTRALYTICS_TORCH = re.compile(
     r"(?:\bPython-(?P<python>\d+\.\d+[\d.]*) )?\btorch[- ](?P<torch>\d+\.\d+\S*) (?:CUDA:\d|CPU\b|MPS\b)"
 )
 _ULTRALYTICS_GPU = re.compile(r"\bCUDA:(?P<index>\d+) \((?P<name>[^,()]+), (?P<mib>\d+(?:\.\d+)?) ?Mi?B\)")
-_GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>GPU-[\w-]+)\))?\s*$")
+# a UUID cut short in a pasted report ("GPU-6f1c0e2a-...") is no UUID, and no part of the name
+_GPU_LINE = re.compile(
+    r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?:(?P<uuid>GPU-[\w-]+)|GPU-[\w-]*(?:\.\.\.|…))\))?\s*$"
+)
 # several on one line, as a report's bullet sums them up: "- GPU 0: NVIDIA GeForce RTX 3090, GPU 1: ..."
+# srun -l (and mpirun --tag-output) put the task's label before each line: "1: GPU 0: Tesla V100"
+# is task 1's GPU 0, another node's device where task 0 named its own GPU 0
+_TASK_LABEL = re.compile(r"^(?P<task>\d{1,4}): (?=GPU \d+: |\||\+[-=])")
 _GPU_IN_LIST = re.compile(r"\bGPU (?P<index>\d+): (?P<name>[^,;|]+?)\s*(?=[,;|]\s*GPU \d+:|$)")
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
 _CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
@@ -181,6 +187,9 @@ class _Found:
     gpu_count: int | None = None
     named_gpus: list[str] = field(default_factory=list)  # models without indices (free-form)
     links: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    task: str | None = None  # the label of the line being read (srun -l)
+    first_task: str | None = None
+    task_devices: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # other tasks' GPUs
 
     def set(self, section: dict[str, Any], key: str, value: Any) -> None:
         """First statement wins: reports repeat facts, and the first is the most specific."""
@@ -189,7 +198,11 @@ class _Found:
 
     def device(self, index: int, **values: Any) -> None:
         """A device that an enumeration (a list of all GPUs) names."""
-        entry = self.devices.setdefault(index, {})
+        if self.task is not None and self.task != (self.first_task or self.task):
+            entry = self.task_devices.setdefault(self.task, {}).setdefault(index, {})
+        else:
+            self.first_task = self.first_task or self.task
+            entry = self.devices.setdefault(index, {})
         entry["_listed"] = True
         for key, value in values.items():
             if value is not None and key not in entry:
@@ -221,6 +234,10 @@ class _Parser:
 
     def line(self, raw: str) -> None:
         raw = _QUOTE.sub("", raw.replace("\t", "    ")).rstrip()
+        label = _TASK_LABEL.match(raw.strip())
+        self.found.task = label.group("task") if label else None
+        if label:
+            raw = raw.strip()[label.end() :]
         if not raw.strip():
             self.list_key = None
             if self.soft_section:
@@ -730,7 +747,12 @@ def _gpu_section(f: _Found) -> dict[str, Any]:
     if f.devices:
         for index in sorted(f.devices):
             values = {k: v for k, v in f.devices[index].items() if not k.startswith("_")}
-            devices.append(Gpu(index=index, **values))
+            devices.append(Gpu(index=index, node=f.first_task if f.task_devices else None, **values))
+        # the other tasks' GPUs are the job's too; the count stays one node's
+        for task, entries in f.task_devices.items():
+            for index in sorted(entries):
+                values = {k: v for k, v in entries[index].items() if not k.startswith("_")}
+                devices.append(Gpu(index=index, node=task, **values))
     elif f.named_gpus:
         devices = [Gpu(index=i, name=name) for i, name in enumerate(f.named_gpus)]
     out: dict[str, Any] = {}

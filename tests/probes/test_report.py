@@ -104,6 +104,28 @@ def test_several_gpus_listed_on_one_bullet():
     assert one.gpus.models == ["NVIDIA A100-SXM4-80GB"] and one.gpus.devices[0].uuid == "GPU-12ab"
 
 
+def test_gpus_of_several_tasks_under_srun_labels():
+    # srun -l nvidia-smi -L: each node prints its own GPU 0; the task label keeps them apart
+    f = parse_report(
+        "0: GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-6f1c0e2a-...)\n"
+        "0: GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0a77b1d3-...)\n"
+        "1: GPU 0: Tesla V100-SXM2-32GB (UUID: GPU-5e2a9d10-...)\n"
+        "1: GPU 1: Tesla V100-SXM2-32GB (UUID: GPU-11f93c5e-...)\n",
+        "r",
+    )
+    assert [(d.node, d.index, d.name) for d in f.gpus.devices] == [
+        ("0", 0, "NVIDIA A100-SXM4-40GB"),
+        ("0", 1, "NVIDIA A100-SXM4-40GB"),
+        ("1", 0, "Tesla V100-SXM2-32GB"),
+        ("1", 1, "Tesla V100-SXM2-32GB"),
+    ]
+    # a UUID cut short is neither a UUID nor part of the name; the count is one node's
+    assert f.gpus.devices[0].uuid is None and f.gpus.count == 2 and f.gpus.distinct_models == 2
+    # one task's label alone names no other node
+    one = parse_report("0: GPU 0: NVIDIA H100 80GB HBM3\n0: GPU 1: NVIDIA H100 80GB HBM3\n", "r")
+    assert [d.node for d in one.gpus.devices] == [None, None] and one.gpus.count == 2
+
+
 def test_short_bullets():
     f = report("lightning_bullets_short.txt")
     assert f.packages.values == {"pytorch-lightning": "1.8.3.post1", "torch": "1.10.1+cu113"}
