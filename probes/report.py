@@ -53,6 +53,14 @@ _GPU_LINE = re.compile(
     r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?:(?P<uuid>GPU-[\w-]+)|GPU-[\w-]*(?:\.\.\.|…))\))?\s*$"
 )
 # several on one line, as a report's bullet sums them up: "- GPU 0: NVIDIA GeForce RTX 3090, GPU 1: ..."
+# the default name each desktop gives a screenshot, kept in a pasted image's link: GNOME's
+# "Screenshot from 2022-12-12 17-11-14", macOS's "Screen Shot 2022-12-12 at 5.11.14 PM" (or
+# "Screenshot 2023-05-18 at 10.25.23"), Windows 11's Snipping Tool "Screenshot 2023-05-18 102523"
+_SCREENSHOT_PLATFORM = (
+    (re.compile(r"\bScreenshot from \d{4}-\d{2}-\d{2} \d{2}-\d{2}-\d{2}"), "linux"),
+    (re.compile(r"\bScreen ?[Ss]hot \d{4}-\d{2}-\d{2} at \d{1,2}\.\d{2}\.\d{2}"), "darwin"),
+    (re.compile(r"\bScreenshot \d{4}-\d{2}-\d{2} \d{6}\b"), "win32"),
+)
 # srun -l (and mpirun --tag-output) put the task's label before each line: "1: GPU 0: Tesla V100"
 # is task 1's GPU 0, another node's device where task 0 named its own GPU 0
 _TASK_LABEL = re.compile(r"^(?P<task>\d{1,4}): (?=GPU \d+: |\||\+[-=])")
@@ -190,6 +198,7 @@ class _Found:
     task: str | None = None  # the label of the line being read (srun -l)
     first_task: str | None = None
     task_devices: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # other tasks' GPUs
+    screenshot_platform: str | None = None  # weaker than any statement: applied last
 
     def set(self, section: dict[str, Any], key: str, value: Any) -> None:
         """First statement wins: reports repeat facts, and the first is the most specific."""
@@ -345,6 +354,9 @@ class _Parser:
 
     def simple_lines(self, line: str) -> bool:
         f = self.found
+        for pattern, platform in _SCREENSHOT_PLATFORM:
+            if f.screenshot_platform is None and pattern.search(line):
+                f.screenshot_platform = platform
         banner = _ULTRALYTICS_TORCH.search(line)
         if banner:
             if banner.group("python"):
@@ -777,6 +789,8 @@ def parse_report(text: str, name: str = "report") -> Facts:
     for raw in str(text).splitlines():
         parser.line(raw[:4096])
     f = parser.found
+    if f.screenshot_platform:
+        f.set(f.host, "platform", f.screenshot_platform)
     if parser.saw_processes:
         # a GPU of the table with no row in its process list runs no process
         for index in parser.smi_devices:

@@ -126,6 +126,17 @@ def test_gpus_of_several_tasks_under_srun_labels():
     assert [d.node for d in one.gpus.devices] == [None, None] and one.gpus.count == 2
 
 
+def test_platform_from_a_screenshot_name():
+    # a pasted screenshot keeps its desktop's default name: GNOME, macOS, Windows 11
+    assert parse_report("![Screenshot from 2022-12-12 17-11-14](https://x/1.png)\n").host.platform == "linux"
+    assert parse_report("![Screen Shot 2022-12-12 at 5.11.14 PM](u)\n").host.platform == "darwin"
+    assert parse_report('<img alt="Screenshot 2023-05-18 102523" src="u">\n').host.platform == "win32"
+    # a stated platform outweighs the screenshot, wherever either stands
+    both = parse_report("![Screenshot from 2022-12-12 17-11-14](u)\nOS: Windows 10\n")
+    assert both.host.platform == "win32"
+    assert parse_report("a screenshot of the error\n").host.platform is None
+
+
 def test_short_bullets():
     f = report("lightning_bullets_short.txt")
     assert f.packages.values == {"pytorch-lightning": "1.8.3.post1", "torch": "1.10.1+cu113"}
