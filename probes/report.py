@@ -80,6 +80,12 @@ _ENV_LINE = re.compile(r"^(?:export\s+)?(?P<name>[A-Z][A-Z0-9_]*)=(?P<value>\S*)
 # "value: INFO" on the next line, or both in one flow mapping
 _ENV_ENTRY_NAME = re.compile(r"^-?\s*name:\s*[\x22\x27]?(?P<name>[A-Z][A-Z0-9_]*)[\x22\x27]?\s*$")
 _ENV_ENTRY_VALUE = re.compile(r"^value:\s*(?P<value>\S.*?)\s*$")
+# set from Python ("os.environ['NCCL_P2P_DISABLE'] = '1'", os.environ.setdefault(...)); not a
+# variable set before a command on its line, which reports mostly show as the fix that worked
+_ENV_PYTHON = re.compile(
+    r"""os\.environ(?:\[\s*["'](?P<name>[A-Z][A-Z0-9_]*)["']\s*\]\s*=|\.setdefault\(\s*["'](?P<key>[A-Z][A-Z0-9_]*)["']\s*,)"""
+    r"""\s*["'](?P<value>[^"'\n]*)["']"""
+)
 _ENV_ENTRY_FLOW = re.compile(
     r"^-?\s*\{\s*name:\s*[\x22\x27]?(?P<name>[A-Z][A-Z0-9_]*)[\x22\x27]?\s*,\s*value:\s*(?P<value>[^,}]+?)\s*\}\s*$"
 )
@@ -405,6 +411,10 @@ class _Parser:
             return True
         pending, self.env_entry = self.env_entry, None
         value = _ENV_ENTRY_VALUE.match(line) if pending else None
+        code = _ENV_PYTHON.search(line)
+        if code and allowed(name := code.group("name") or code.group("key")):
+            f.env.setdefault(name, redact_value(name, code.group("value")))
+            return True
         m = _ENV_LINE.match(line) or _ENV_ENTRY_FLOW.match(line)
         if value or (m and allowed(m.group("name"))):
             name, text = (pending, value.group("value")) if value else (m.group("name"), m.group("value"))

@@ -137,6 +137,18 @@ def test_platform_from_a_screenshot_name():
     assert parse_report("a screenshot of the error\n").host.platform is None
 
 
+def test_variables_set_from_python():
+    f = parse_report(
+        '    os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"\n'
+        "os.environ.setdefault('NCCL_DEBUG', 'INFO')\n"
+        'os.environ["HF_TOKEN"] = "hf_secret"\n'
+    )
+    # a variable outside the allow-list (a token) is never taken
+    assert f.env.values == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "NCCL_DEBUG": "INFO"}
+    # set before a command, a variable is mostly the fix a report shows, not the failing setting
+    assert parse_report("NCCL_P2P_LEVEL=NVL torchrun --nproc_per_node=2 main.py\n").env.values == {}
+
+
 def test_short_bullets():
     f = report("lightning_bullets_short.txt")
     assert f.packages.values == {"pytorch-lightning": "1.8.3.post1", "torch": "1.10.1+cu113"}
