@@ -29,13 +29,13 @@ REPORT_FLOORS = {
     "c": 0.95,
     "d": 0.85,
     "e": 0.95,
-    "f": 0.69,
+    "f": 0.71,
     "g": 0.95,
     "h": 0.85,
     "i": 0.87,
-    "j": 0.40,
-    "k": 0.58,
-    "l": 0.42,
+    "j": 0.46,
+    "k": 0.85,
+    "l": 0.48,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
 # the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
