@@ -61,6 +61,9 @@ _SCREENSHOT_PLATFORM = (
     (re.compile(r"\bScreen ?[Ss]hot \d{4}-\d{2}-\d{2} at \d{1,2}\.\d{2}\.\d{2}"), "darwin"),
     (re.compile(r"\bScreenshot \d{4}-\d{2}-\d{2} \d{6}\b"), "win32"),
 )
+# NVIDIA GPU Feature Discovery's node label (kubectl get node ... labels): one line per node, the
+# model with its spaces made dashes ("NVIDIA-A100-SXM4-80GB")
+_GFD_PRODUCT = re.compile(r"""nvidia\.com/gpu\.product["']?\s*[:=]\s*["']?(?P<model>NVIDIA-[\w.-]+|Tesla-[\w.-]+)""")
 # srun -l (and mpirun --tag-output) put the task's label before each line: "1: GPU 0: Tesla V100"
 # is task 1's GPU 0, another node's device where task 0 named its own GPU 0
 _TASK_LABEL = re.compile(r"^(?P<task>\d{1,4}): (?=GPU \d+: |\||\+[-=])")
@@ -205,6 +208,7 @@ class _Found:
     first_task: str | None = None
     task_devices: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)  # other tasks' GPUs
     screenshot_platform: str | None = None  # weaker than any statement: applied last
+    node_products: list[str] = field(default_factory=list)  # GPU models of nodes' labels, in order
 
     def set(self, section: dict[str, Any], key: str, value: Any) -> None:
         """First statement wins: reports repeat facts, and the first is the most specific."""
@@ -360,6 +364,10 @@ class _Parser:
 
     def simple_lines(self, line: str) -> bool:
         f = self.found
+        for gfd in _GFD_PRODUCT.finditer(line):
+            model = gfd.group("model").replace("-", " ", 1)
+            if model not in f.node_products:
+                f.node_products.append(model)
         for pattern, platform in _SCREENSHOT_PLATFORM:
             if f.screenshot_platform is None and pattern.search(line):
                 f.screenshot_platform = platform
@@ -775,8 +783,11 @@ def _gpu_section(f: _Found) -> dict[str, Any]:
             for index in sorted(entries):
                 values = {k: v for k, v in entries[index].items() if not k.startswith("_")}
                 devices.append(Gpu(index=index, node=task, **values))
-    elif f.named_gpus:
-        devices = [Gpu(index=i, name=name) for i, name in enumerate(f.named_gpus)]
+    elif len(f.node_products) > 1:
+        # each label is a node's own GPU model: as many nodes as models, their GPU 0 stands for each
+        devices = [Gpu(index=0, node=f"label {i}", name=name) for i, name in enumerate(f.node_products)]
+    elif f.named_gpus or f.node_products:
+        devices = [Gpu(index=i, name=name) for i, name in enumerate(f.node_products or f.named_gpus)]
     out: dict[str, Any] = {}
     if devices:
         out["devices"] = devices

@@ -126,6 +126,23 @@ def test_gpus_of_several_tasks_under_srun_labels():
     assert [d.node for d in one.gpus.devices] == [None, None] and one.gpus.count == 2
 
 
+def test_gpu_models_of_nodes_from_their_feature_discovery_labels():
+    # kubectl's node labels: one GPU model per node, spaces made dashes
+    f = parse_report(
+        '  "nvidia.com/gpu.product": "NVIDIA-A10G",\n'
+        "worker-2 on gpu-pool-b (`nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB`), worker-0 on"
+        " (`nvidia.com/gpu.product=NVIDIA-A10G`)\n"
+    )
+    assert [(d.node, d.name) for d in f.gpus.devices] == [
+        ("label 0", "NVIDIA A10G"),
+        ("label 1", "NVIDIA A100-SXM4-80GB"),
+    ]
+    assert f.gpus.distinct_models == 2 and f.gpus.count is None
+    # one label names the model, no node
+    one = parse_report("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\n")
+    assert [(d.node, d.name) for d in one.gpus.devices] == [(None, "NVIDIA H100-80GB-HBM3")]
+
+
 def test_platform_from_a_screenshot_name():
     # a pasted screenshot keeps its desktop's default name: GNOME, macOS, Windows 11
     assert parse_report("![Screenshot from 2022-12-12 17-11-14](https://x/1.png)\n").host.platform == "linux"
