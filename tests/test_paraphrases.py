@@ -34,7 +34,7 @@ REPORT_FLOORS = {
     "h": 0.85,
     "i": 0.87,
     "j": 0.46,
-    "k": 0.85,
+    "k": 0.87,
     "l": 0.48,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
