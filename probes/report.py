@@ -52,7 +52,6 @@ _ULTRALYTICS_GPU = re.compile(r"\bCUDA:(?P<index>\d+) \((?P<name>[^,()]+), (?P<m
 _GPU_LINE = re.compile(
     r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?:(?P<uuid>GPU-[\w-]+)|GPU-[\w-]*(?:\.\.\.|…))\))?\s*$"
 )
-# several on one line, as a report's bullet sums them up: "- GPU 0: NVIDIA GeForce RTX 3090, GPU 1: ..."
 # the default name each desktop gives a screenshot, kept in a pasted image's link: GNOME's
 # "Screenshot from 2022-12-12 17-11-14", macOS's "Screen Shot 2022-12-12 at 5.11.14 PM" (or
 # "Screenshot 2023-05-18 at 10.25.23"), Windows 11's Snipping Tool "Screenshot 2023-05-18 102523"
@@ -61,12 +60,14 @@ _SCREENSHOT_PLATFORM = (
     (re.compile(r"\bScreen ?[Ss]hot \d{4}-\d{2}-\d{2} at \d{1,2}\.\d{2}\.\d{2}"), "darwin"),
     (re.compile(r"\bScreenshot \d{4}-\d{2}-\d{2} \d{6}\b"), "win32"),
 )
-# NVIDIA GPU Feature Discovery's node label (kubectl get node ... labels): one line per node, the
+# NVIDIA GPU Feature Discovery's node label (kubectl get node ... labels): one per node, the
 # model with its spaces made dashes ("NVIDIA-A100-SXM4-80GB")
 _GFD_PRODUCT = re.compile(r"""nvidia\.com/gpu\.product["']?\s*[:=]\s*["']?(?P<model>NVIDIA-[\w.-]+|Tesla-[\w.-]+)""")
 # srun -l (and mpirun --tag-output) put the task's label before each line: "1: GPU 0: Tesla V100"
-# is task 1's GPU 0, another node's device where task 0 named its own GPU 0
-_TASK_LABEL = re.compile(r"^(?P<task>\d{1,4}): (?=GPU \d+: |\||\+[-=])")
+# (nvidia-smi -L) is task 1's GPU 0, another node's device where task 0 named its own GPU 0. Only
+# that listing: a labelled nvidia-smi table's process list would still mix the nodes' GPUs
+_TASK_LABEL = re.compile(r"^(?P<task>\d{1,4}): (?=GPU \d+: )")
+# several on one line, as a report's bullet sums them up: "- GPU 0: NVIDIA GeForce RTX 3090, GPU 1: ..."
 _GPU_IN_LIST = re.compile(r"\bGPU (?P<index>\d+): (?P<name>[^,;|]+?)\s*(?=[,;|]\s*GPU \d+:|$)")
 _PIP_LINE = re.compile(r"^\[(?P<tool>pip3?|conda)\]\s+(?P<rest>.+)$")
 _CONDA_HEADER = re.compile(r"^#\s*Name\s+Version\s+Build(?:\s+Channel)?\s*$")
@@ -217,11 +218,9 @@ class _Found:
 
     def device(self, index: int, **values: Any) -> None:
         """A device that an enumeration (a list of all GPUs) names."""
-        if self.task is not None and self.task != (self.first_task or self.task):
-            entry = self.task_devices.setdefault(self.task, {}).setdefault(index, {})
-        else:
-            self.first_task = self.first_task or self.task
-            entry = self.devices.setdefault(index, {})
+        self.first_task = self.first_task or self.task
+        own = self.task in (None, self.first_task)
+        entry = (self.devices if own else self.task_devices.setdefault(self.task, {})).setdefault(index, {})
         entry["_listed"] = True
         for key, value in values.items():
             if value is not None and key not in entry:
@@ -775,14 +774,13 @@ def _gpu_section(f: _Found) -> dict[str, Any]:
     devices: list[Gpu] = []
     listed = [i for i, d in f.devices.items() if d.get("_listed")]
     if f.devices:
-        for index in sorted(f.devices):
-            values = {k: v for k, v in f.devices[index].items() if not k.startswith("_")}
-            devices.append(Gpu(index=index, node=f.first_task if f.task_devices else None, **values))
-        # the other tasks' GPUs are the job's too; the count stays one node's
-        for task, entries in f.task_devices.items():
+        # the other tasks' GPUs are the job's too (the count stays one node's); a node is named
+        # only where there are several
+        nodes = [(f.first_task if f.task_devices else None, f.devices), *f.task_devices.items()]
+        for node, entries in nodes:
             for index in sorted(entries):
                 values = {k: v for k, v in entries[index].items() if not k.startswith("_")}
-                devices.append(Gpu(index=index, node=task, **values))
+                devices.append(Gpu(index=index, node=node, **values))
     elif len(f.node_products) > 1:
         # each label is a node's own GPU model: as many nodes as models, their GPU 0 stands for each
         devices = [Gpu(index=0, node=f"label {i}", name=name) for i, name in enumerate(f.node_products)]
