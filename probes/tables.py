@@ -97,6 +97,8 @@ class GpuModel(_Row):
         brand = re.match(r"GeForce (?:(RTX|GTX) )?", self.name)
         workstation = re.match(r"RTX (?=A\d{4}\b)", self.name)
         body = re.escape(self.name[brand.end() :] if brand else self.name)
+        # "2080ti", "1080-Ti": the Ti suffix is written joined as often as apart
+        body = body.replace(r"\ Ti", r"[\ -]?Ti")
         if brand:
             body = "(?:GeForce )?" + (f"(?:{brand.group(1)} )?" if brand.group(1) else "") + body
         elif workstation:
@@ -105,7 +107,8 @@ class GpuModel(_Row):
         sizes = {".": r"\.(?:\d*x?large|metal)", "-": r"-\d+g?"}
         instances = [re.escape(i[:-2]) + sizes[i[-2]] for i in self.instances]
         body = "|".join([f"(?:{body})", *(f"(?:ml\\.)?{i}" for i in instances)])
-        return re.compile(r"(?<![A-Za-z0-9])(?:" + body + r")(?![A-Za-z0-9])", re.IGNORECASE)
+        # a plural is the model too ("8x H100s", "our 3090s")
+        return re.compile(r"(?<![A-Za-z0-9])(?:" + body + r")(?:'?s)?(?![A-Za-z0-9])", re.IGNORECASE)
 
 
 class DriverFloor(_Row):

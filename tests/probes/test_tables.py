@@ -306,3 +306,26 @@ def test_an_instance_type_is_a_family_and_a_size_pattern(tmp_path):
         tables.GpuModel.model_validate(
             {"name": "V100", "capability": "7.0", "class": "datacenter", "p2p": "supported", "instances": ["p3"]}
         )
+
+
+@pytest.mark.parametrize(
+    "text, models",
+    [
+        # the Ti suffix joined or hyphenated, as users type it
+        ("混合显卡（3090和2080ti）", ("GeForce RTX 3090", "GeForce RTX 2080 Ti")),
+        ("4 * GTX 1080TI", ("GeForce GTX 1080 Ti",)),
+        ("a 1080-Ti", ("GeForce GTX 1080 Ti",)),
+        # plurals and possessives name the model too
+        ("a new node with H100s beside our A100 nodes", ("H100", "A100")),
+        ("the 3090's fan", ("GeForce RTX 3090",)),
+        ("two A10s", ("A10",)),
+        ("T4s", ("T4",)),
+        # the Pascal and Turing Quadro cards
+        ("mismatched GPUs (Quadro P6000 + RTX A5000)", ("RTX A5000", "Quadro P6000")),
+        # a number inside a longer word is not a GPU
+        ("res_rtx3090ubuntu.pdf", ()),
+        ("A100s3", ()),
+    ],
+)
+def test_gpu_names_are_read_as_users_write_them(text, models):
+    assert tables.shipped().models_in(text) == models
