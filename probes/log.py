@@ -223,7 +223,10 @@ _STATE_WORDS = ("traceback (most recent call last)", "local_rank", "root cause")
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
-_RE2_OPTIONS.max_mem = 64 << 20  # the combined patterns' DFA; smaller budgets thrash
+# the combined patterns' DFAs (RE2 gives a third of it to the reverse one that finds where a match
+# starts): a budget too small for the catalog makes RE2 fall back to its NFA, some hundred times
+# slower on a long log; the cap is memory RE2 may take, not memory it takes up front
+_RE2_OPTIONS.max_mem = 128 << 20
 
 
 class _Matcher:

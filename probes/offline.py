@@ -45,7 +45,7 @@ _INT_ARGS = {
         r"--(?:nnodes?|num[_-]nodes)[= ]+(\d+)(?:[^\d:]|$)|\bnum_nodes\s*=\s*(\d+)|\b(?:NNODES|NUM_NODES|N_NODES)=(\d+)\b"
         # a config file's key (a Trainer's num_nodes, accelerate's num_machines), small as node
         # counts are: a graph's num_nodes runs to thousands
-        r"|\b(?:num_nodes|num_machines):\s*([1-9]\d?)\b(?:\s*(?:#|,|\)|$))"
+        r"|\b(?:num_nodes|num_machines):\s*([1-9]\d?)\b(?:\s*(?:#|,|\)|$)|\s+(?:but|and|while|though|although|even|yet)\b)"
     ),
     "node_rank": _linear(r"--node[_-]rank[= ]+(\d+)"),
     "master_port": _linear(r"--master[_-]port[= ]+(\d+)"),

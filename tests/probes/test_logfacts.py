@@ -208,6 +208,8 @@ def test_a_job_on_several_nodes_is_one_fact_however_it_is_shown():
     # a config's key; a graph's num_nodes (thousands) is no node count
     assert multi("trainer:\n  devices: 4\n  num_nodes: 2\n") is True
     assert multi("compute_environment: LOCAL_MACHINE\nnum_machines: 2\n") is True
+    # the key quoted in a sentence, the sentence going on
+    assert multi("accelerate config says num_machines: 2 but I run it on one box\n") is True
     assert multi("Data(x=[2708, 1433], num_nodes: 2708)\n") is None
     assert (
         multi(
