@@ -77,7 +77,11 @@ def nccl_state(log: Log) -> NcclState | None:
             users.setdefault(f"{d.get('host', '?')}:{d['bus_id']}", set()).add(d["pid"])
     completed = "nccl_init_complete" in by_id or any(d.get("stage") == "COMPLETE" for d in inits)
     nranks = [int(d["nranks"]) for d in inits if d.get("nranks", "").isdigit()]
-    hosts = _ordered(d.get("host") for i in ("nccl_bootstrap", "nccl_net", "nccl_comm_init") for d in by_id.get(i, []))
+    hosts = _ordered(
+        d.get("host")
+        for i in ("nccl_version", "nccl_bootstrap", "nccl_net", "nccl_comm_init")
+        for d in by_id.get(i, [])
+    )
     last = next(
         (line.text for line in reversed(log.lines or []) if "NCCL INFO" in line.text or "NCCL WARN" in line.text), None
     )

@@ -32,6 +32,24 @@ def test_an_nccl_init_that_never_completes_is_a_fact_with_its_interface_and_vers
     assert "NCCL INFO" in log.nccl.last_line
 
 
+def test_each_host_of_nccl_version_banners_counts_as_a_node():
+    """NCCL_DEBUG=INFO prints its version banner on each host: two hosts are two nodes, and two
+    releases on them are the nodes' own (cluster.version-mismatch), not a second library on one."""
+    facts = offline_facts(
+        logs=[
+            (
+                "log",
+                [
+                    "node-a:1234:1234 [0] NCCL INFO NCCL version 2.18.1+cuda12.1\n",
+                    "node-b:5678:5678 [0] NCCL INFO NCCL version 2.20.5+cuda12.4\n",
+                ],
+            )
+        ]
+    )
+    assert facts.log.nccl.hosts == ["node-a", "node-b"]
+    assert (facts.log.nccl_versions_differ, facts.launcher.multi_node) == (True, True)
+
+
 def test_ranks_that_print_different_nccl_versions_differ():
     log = _log(
         "node1:11:11 [0] NCCL INFO Bootstrap : Using ens7:10.128.0.31<0>\n"
