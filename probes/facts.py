@@ -803,7 +803,8 @@ _METRIC_SYNC = re.compile(
 )
 # what says a job runs on GPUs (Log.mentions_gpu), and Lightning's banner for a CPU run
 _GPU_JOB = _linear(
-    r"(?i)\bnccl|\bcuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
+    # "TORCH_NCCL_...", "PYTORCH_CUDA_ALLOC_CONF": a variable's name joins the word with "_"
+    r"(?i)(?:\b|_)nccl|(?:\b|_)cuda|\bnvidia|\bnvml|\bXid\b|\bgpu|多卡|单卡|双卡|显卡|显存|[0-9一二两三四五六七八]\s*(?:张|块)?卡"
 )
 _NO_GPU = _linear(r"(?i)\bgpu available:\s*false")
 _NCCL = _linear(r"(?i)nccl")

@@ -306,3 +306,17 @@ def test_slurm_tasks_short_of_the_devices_asked_for():
     assert short(lightning.replace("ntasks-per-node=1", "ntasks-per-node=4")) is False
     # torchrun in each task starts the node's ranks itself: one task per node is the layout
     assert short("#SBATCH --ntasks-per-node=1\nsrun torchrun --nproc_per_node=4 train.py\n") is None
+
+
+@pytest.mark.parametrize(
+    "text, gpu",
+    [
+        # a variable's name joins NCCL or CUDA to its prefix with "_"
+        ("we had TORCH_NCCL_ASYNC_ERROR_HANDLING set to 0\n", True),
+        ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n", True),
+        ("GPU available: False, used: False\n", False),
+        ("the job stops after an hour\n", False),
+    ],
+)
+def test_a_log_that_names_nccl_or_cuda_is_a_job_on_gpus(text, gpu):
+    assert _log(text).mentions_gpu is gpu
