@@ -161,7 +161,8 @@ import re2
 
 from probes.env import redact_text
 from probes.facts import Log, LogLine, Signature
-from probes.patterns import PatternSet, engine, without_captures
+from probes.patterns import PatternSet, engine, without_captures, without_lookaround
+from probes.prefilter import required_literals
 from probes.signatures import Catalog, SignatureDef, shipped
 
 SHORT_LOG_LINES = 2000
@@ -330,10 +331,14 @@ def _signature_finder(catalog: Catalog) -> Any:
     for sig in catalog.signatures.values():
         for pattern in sig.patterns:
             whole_text = any(anchor in pattern for anchor in ("\\A", "\\Z", "\\z"))
-            if not whole_text and engine(pattern) == "re2":
-                (folded if "(?i)" in pattern else plain).append(without_captures(pattern))
+            # a look-around RE2 cannot run only narrows a match: without it, the pattern flags a
+            # superset of its lines (the signature's literals, common words such as "rank" or
+            # "node", would flag most lines of a long NCCL log)
+            relaxed = without_lookaround(pattern)
+            if not whole_text and engine(relaxed) == "re2":
+                (folded if "(?i)" in relaxed else plain).append(without_captures(relaxed))
             else:
-                folded.extend(re2.escape(literal) for literal in sig.literals)
+                folded.extend(re2.escape(literal) for literal in required_literals(pattern) or sig.literals)
     groups = [f"(?:{p})" for p in plain]
     if folded:
         groups.append("(?i:" + "|".join(folded) + ")")

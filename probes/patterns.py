@@ -13,6 +13,7 @@ Anything else is refused with the reason, which is what ``diagnose kb lint`` sho
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -176,33 +177,69 @@ class _Bounded:
         return f"patterns.compile({self.pattern!r}) [re, first {self.window} characters of a line]"
 
 
+def _tokens(pattern: str) -> Iterator[tuple[int, str, bool]]:
+    """(offset, piece, syntax) over ``pattern``: an escape (two characters, or a \\uXXXX) is
+    one piece; ``syntax`` is false for an escape and for anything inside a character class,
+    where "(" and ")" are only characters."""
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            code = pattern[i + 2 : i + 6]
+            size = (
+                6
+                if pattern[i + 1 : i + 2] == "u" and len(code) == 4 and all(c in string.hexdigits for c in code)
+                else 2
+            )
+            yield i, pattern[i : i + size], False
+            i += size
+            continue
+        if in_class:
+            in_class = ch != "]" or pattern[i - 1] == "[" or pattern[i - 2 : i] == "[^"
+            yield i, ch, False
+        else:
+            in_class = ch == "["
+            yield i, ch, True
+        i += 1
+
+
 def without_captures(pattern: str) -> str:
     """``pattern`` with every capturing group made non-capturing: the same matches, and for
     RE2 a much faster search where only where a match is matters (submatch tracking in a big
     alternation costs more than the scan itself)."""
     out: list[str] = []
-    i, n, in_class = 0, len(pattern), False
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
+    skip_to = 0
+    for i, piece, syntax in _tokens(pattern):
+        if i < skip_to:
             continue
-        if in_class:
-            in_class = ch != "]" or pattern[i - 1] == "[" or pattern[i - 2 : i] == "[^"
-        elif ch == "[":
-            in_class = True
-        elif ch == "(":
-            if pattern.startswith("(?P<", i):
-                i = pattern.index(">", i) + 1
-                out.append("(?:")
+        if syntax and piece == "(" and pattern.startswith("(?P<", i):
+            skip_to = pattern.index(">", i) + 1
+            piece = "(?:"
+        elif syntax and piece == "(" and not pattern.startswith("(?", i):
+            piece = "(?:"
+        out.append(piece)
+    return "".join(out)
+
+
+def without_lookaround(pattern: str) -> str:
+    """``pattern`` with its look-ahead and look-behind assertions left out, and Python's \\uXXXX
+    escapes written as RE2 writes them (\\x{XXXX}): it matches wherever ``pattern`` does (an
+    assertion only ever rejects), so it flags a superset of the lines, and RE2 can usually run it
+    where it cannot run ``pattern``."""
+    out: list[str] = []
+    depth, skip_from = 0, None
+    for i, piece, syntax in _tokens(pattern):
+        if syntax and piece == "(":
+            depth += 1
+            if skip_from is None and pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+                skip_from = depth
+        elif syntax and piece == ")":
+            depth -= 1
+            if skip_from is not None and depth < skip_from:
+                skip_from = None
                 continue
-            if not pattern.startswith("(?", i):
-                out.append("(?:")
-                i += 1
-                continue
-        out.append(ch)
-        i += 1
+        if skip_from is None:
+            out.append(f"\\x{{{piece[2:]}}}" if len(piece) == 6 else piece)
     return "".join(out)
 
 
