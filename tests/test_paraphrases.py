@@ -25,17 +25,17 @@ FRAMEWORK_MESSAGES = yaml.safe_load((FIXTURES / "framework_messages.yaml").read_
 # changed rules, less a margin of two reports (bench/paraphrases.csv has the history)
 REPORT_FLOORS = {
     "a": 0.96,
-    "b": 0.78,
-    "c": 0.95,
+    "b": 0.80,
+    "c": 0.98,
     "d": 0.85,
     "e": 0.95,
     "f": 0.71,
     "g": 0.95,
-    "h": 0.85,
-    "i": 0.87,
+    "h": 0.86,
+    "i": 0.91,
     "j": 0.46,
     "k": 0.87,
-    "l": 0.48,
+    "l": 0.50,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
 # the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
