@@ -323,9 +323,9 @@ def _signature_finder(catalog: Catalog) -> Any:
     """One RE2 pattern over a block that flags a superset of the lines where a signature can
     match or the reader's state changes: the signatures' own patterns, without their capturing
     groups (only where a match is matters here, and submatch tracking would cost more than the
-    scan); a pattern RE2 cannot run, or one anchored to the whole text, is found by its
-    signature's literals. The case-insensitive ones sit in a group of their own so their flag
-    stays there."""
+    scan); a pattern RE2 cannot run goes in without its look-arounds (a superset of its lines),
+    and one RE2 cannot run even so, or one anchored to the whole text, is found by its
+    literals. The case-insensitive ones sit in a group of their own so their flag stays there."""
     plain = [_TRACEBACK.pattern, _ROOT_CAUSE.pattern, without_captures(_SUMMARY_RANK.pattern)]
     folded: list[str] = []
     for sig in catalog.signatures.values():

@@ -353,11 +353,9 @@ def test_the_block_finder_passes_over_nccl_collective_lines():
     """NCCL_DEBUG=INFO writes a line per collective, most of a long log: none of them can change
     a signature or the reader's state, so the block-wide finder flags none for a closer look
     (a host name such as node0, or "nranks", once flagged every one of them)."""
-    from probes.log import _Block, _Matcher
-
     line = (
         "node0:1006:2006 [6] NCCL INFO AllReduce: opCount 16c0 sendbuff 0x7ff4351ed4 recvbuff 0x7ff4351ed4 "
         "count 1048576 datatype 7 op 0 root 0 comm 0x55001002 [nranks=16] stream 0x56001002"
     )
-    finder = _Matcher(shipped(), frozenset()).signature_finder
-    assert _Block("\n".join([line] * 500).encode(), finder).flagged == []
+    finder = logmod._Matcher(CATALOG, frozenset()).signature_finder
+    assert logmod._Block("\n".join([line] * 500).encode(), finder).flagged == []
