@@ -73,6 +73,9 @@ _SHAPES = re.compile(
 # gives them away. The look-behind keeps the search linear: a run is tried from its start only.
 _OPAQUE = re.compile(r"(?<![\w/.+-])[A-Za-z0-9+/_-]{32,4096}={0,2}(?![\w/.=-])")
 _HEX40 = re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")
+# A UUID as NVML and nvidia-smi name a GPU or MIG slice (GPU-8a6d3f0c-...): an identifier
+# that a snapshot must keep to tell two ranks' devices apart, not a key.
+_UUID = re.compile(r"(?:GPU-|MIG-)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # Token names of tokenizers, printed with every hparams dump: ids, not credentials.
 _TOKENIZER_KEYS = re.compile(r"(?:pad|eos|bos|unk|sep|cls|mask)_token", re.IGNORECASE)
 
@@ -136,7 +139,7 @@ def _command(match: re.Match[str]) -> str:
 def _opaque(match: re.Match[str]) -> str:
     token = match.group()
     # an absolute path mixes cases and digits too, and is no key
-    return REDACTED if _mixed(token) and not token.startswith("/") else token
+    return REDACTED if _mixed(token) and not token.startswith("/") and not _UUID.fullmatch(token) else token
 
 
 def redact_line(line: str) -> str:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import pythonpath
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +27,7 @@ def test_wheel_ships_the_kb_and_runs_elsewhere(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": pythonpath(site), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
     kb_dir, count = proc.stdout.split()

@@ -16,6 +16,7 @@ import pytest
 
 from probes.facts import Facts, LogLine
 from probes.snapshot import dump_snapshot
+from tests import pythonpath
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRETS = ("Hunter2Hunter", "0123456789abcdef0123456789abcdef01234567")
@@ -30,7 +31,7 @@ def diagnose(
         text=True,
         timeout=timeout,
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env={**os.environ, "PYTHONPATH": pythonpath(ROOT), **(env or {})},
     )
 
 
@@ -72,7 +73,7 @@ def test_an_80_kb_log_line_in_a_snapshot_is_diagnosed(tmp_path: Path) -> None:
 
 def test_sigterm_during_the_microtests_removes_their_folders_and_exits_143(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(ROOT), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "diagnose", "--json", "--microtests", "all_reduce"],
         cwd=ROOT,

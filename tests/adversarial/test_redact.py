@@ -59,6 +59,10 @@ def test_a_key_block_cut_short_does_not_swallow_the_rest() -> None:
         "Basic usage: diagnose --help",
         "MASTER_ADDR=node01 MASTER_PORT=29500 RANK=0",
         "TORCHELASTIC_RUN_ID=8b1a9953c4611296a827abf8c47804d7",
+        # the H200 the suite ran on, as nvidia-smi -L names it: its uuid was redacted, so the
+        # machine's snapshot no longer read back as the facts it was written from
+        "GPU 0: NVIDIA H200 (UUID: GPU-26ff2e4e-a51e-7fd8-10c1-154a6fcca3a2)",
+        "MIG-7f2b9c1e-4a3d-5e6f-8b0a-1c2d3e4f5a6b",
     ],
 )
 def test_ordinary_text_is_kept(line: str) -> None:

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from probes.clusterfacts import slow_nodes
+from tests import pythonpath
 
 _NEEDS = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None, reason="needs torch: real ranks under torchrun or srun"
@@ -52,7 +53,9 @@ def _env(mark: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(_LAUNCHER_PREFIXES)}
     # the "nodes" share this host: on a GPU host they would all drive its GPU(s) with NCCL, which
     # refuses two ranks on one device, so they see none and test on gloo as on a CPU host
-    env.update(PYTHONPATH=str(ROOT), DIAGNOSE_TEST_MARK=mark, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **extra)
+    env.update(
+        PYTHONPATH=pythonpath(ROOT), DIAGNOSE_TEST_MARK=mark, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **extra
+    )
     return env
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import pythonpath
+
 pytest.importorskip("importlinter", reason="import-linter is in the test extra: pip install -e '.[test]'")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +22,7 @@ LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imp
 
 
 def _lint(tree: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", LINT], cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+    return subprocess.run([sys.executable, "-c", LINT], cwd=tree, env={"PYTHONPATH": pythonpath(tree), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 

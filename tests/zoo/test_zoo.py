@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import pythonpath
 from tests.diagnose.test_gpu_gates import GPU_OR_NCCL_ONLY
 from tests.diagnose.test_supervise import leftovers
 
@@ -88,7 +89,7 @@ def free_port() -> int:
 
 
 def run_job(job: Job, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    env = dict(os.environ, HANG_TIMEOUT_S="60", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, HANG_TIMEOUT_S="60", PYTHONPATH=pythonpath(ROOT))
     argv = [
         sys.executable,
         "-m",

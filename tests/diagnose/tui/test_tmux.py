@@ -23,6 +23,7 @@ import pytest
 from diagnose.engine import evaluate
 from diagnose.kb import load_kb
 from probes.snapshot import load_snapshot
+from tests import pythonpath
 
 from .conftest import SNAPSHOTS
 
@@ -37,7 +38,7 @@ def diagnose_argv() -> list[str]:
     if script.exists():
         return [str(script)]
     # not installed next to this interpreter: run the checkout itself (the pane starts elsewhere)
-    return ["env", f"PYTHONPATH={Path(__file__).resolve().parents[3]}", sys.executable, "-m", "diagnose"]
+    return ["env", f"PYTHONPATH={pythonpath(Path(__file__).resolve().parents[3])}", sys.executable, "-m", "diagnose"]
 
 
 class Pane:

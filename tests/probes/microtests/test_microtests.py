@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from probes.microtests import TEST_NAMES, run_microtests, runner, watchdog
+from tests import pythonpath
 
 pytest.importorskip("torch")
 
@@ -180,7 +181,7 @@ def test_a_rank_killed_in_one_step_fails_that_step_only(plant, launched, monkeyp
 def _fake_torch(tmp_path, monkeypatch, body: str) -> None:
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text(body)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", pythonpath(tmp_path))
 
 
 def test_a_torch_that_cannot_be_imported_skips_every_test(tmp_path, monkeypatch):
@@ -210,7 +211,7 @@ def test_a_rank_that_dies_before_it_answers_skips_every_test_saying_why(tmp_path
 def test_a_lightning_that_fails_to_import_fails_only_the_fit(tmp_path, monkeypatch, launched):
     (tmp_path / "lightning").mkdir()
     (tmp_path / "lightning" / "__init__.py").write_text("raise RuntimeError('planted: broken')\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", pythonpath(tmp_path))
     result = run_microtests(["rendezvous", "lightning_fit"], nproc=2, backend="gloo")
     assert result.rendezvous.status == "passed", result.rendezvous.error
     assert result.lightning_fit.status == "failed"
