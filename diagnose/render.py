@@ -100,8 +100,9 @@ def microtest_rows(report: Report) -> list[tuple[str, str, str]]:
             continue
         error_lines = (test.error or "").strip().splitlines()
         problem = test.reason or (error_lines[0] if error_lines else "")
-        busbw = test.measurements.get("busbw_gbps_max")
-        where = f"{test.nproc} ranks, {test.backend}" if test.nproc and test.backend else ""
+        # a snapshot from one rank may carry nccl-tests' busbw of 0: no bus was crossed
+        busbw = test.measurements.get("busbw_gbps_max") if (test.nproc or 0) > 1 else None
+        where = f"{test.nproc} rank{'s' * (test.nproc != 1)}, {test.backend}" if test.nproc and test.backend else ""
         detail = problem or ", ".join(
             part
             for part in (

@@ -35,8 +35,8 @@ all_reduce
     ``dtype``; per size ``time_us_<S>``, ``algbw_gbps_<S>``, ``busbw_gbps_<S>`` for S in 1KB,
     4KB, 16KB, 64KB, 256KB, 1MB, 4MB, 16MB, 64MB; ``algbw_gbps_max``, ``busbw_gbps_max``,
     ``busbw_gbps_avg``. As nccl-tests: in place, time averaged over ranks,
-    algbw = bytes / time, busbw = algbw * 2 (n-1) / n, GB/s = 1e9 bytes/s (so with a
-    single rank busbw is 0: compare bandwidth only where ``nproc`` is 2 or more).
+    algbw = bytes / time, busbw = algbw * 2 (n-1) / n, GB/s = 1e9 bytes/s. With a single rank
+    no data crosses a bus: the ``busbw`` keys are absent (nccl-tests print 0).
 placement (CUDA only)
     Per NVML, while every rank holds memory on its own GPU (``rank % count``):
     ``foreign_ranks_on_gpu0`` (ranks whose own GPU is not 0 holding memory on visible GPU 0)

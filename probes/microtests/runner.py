@@ -283,7 +283,7 @@ def _detail(test: MicroTest) -> str | None:
     m = test.measurements
     if "busbw_gbps_max" in m:
         return f"busbw up to {m['busbw_gbps_max']:.2f} GB/s, sums exact"
-    return f"{test.nproc} ranks, {test.backend}, {test.duration_s:.1f} s"
+    return f"{test.nproc} rank{'s' * (test.nproc != 1)}, {test.backend}, {test.duration_s:.1f} s"
 
 
 def _grouped(name: str, setup: Setup, strategy: str) -> bool:

@@ -152,6 +152,19 @@ def test_all_reduce_averages_time_over_ranks_and_reports_bus_bandwidth():
     assert m["busbw_gbps_max"] == m["busbw_gbps_avg"] == 0.5
 
 
+def test_one_rank_records_no_bus_bandwidth():
+    # seen on the H200: one rank's nccl-tests busbw of 0 read as "busbw up to 0.00 GB/s", which a
+    # rule's "all_reduce crawls at under 1 GB/s" would take for a broken link
+    report = RankReport(
+        steps=[f"all_reduce {size_label(s)}" for s in SIZES],
+        measurements={f"time_s_{size_label(s)}": s / 1e9 for s in SIZES},
+        done=True,
+    )
+    m = judge_run("all_reduce", _run([report], {0: Ended(0)}, nproc=1)).measurements
+    assert m["algbw_gbps_max"] == 1.0 and m["correct"] is True
+    assert not [key for key in m if key.startswith("busbw")]
+
+
 def test_a_wrong_sum_fails_all_reduce():
     wrong = RankReport(
         steps=["all_reduce 64MB"],
