@@ -38,6 +38,8 @@ REPORT_FLOORS = {
     "l": 0.50,
 }
 PHRASES = yaml.safe_load((FIXTURES / "phrases.yaml").read_text("utf-8"))
+# a second writer's phrases for eight of the kinds, all of them a development set
+PHRASES_2 = yaml.safe_load((FIXTURES / "phrases-2.yaml").read_text("utf-8"))
 # the symptom ids (by prefix) a phrase of each kind must show (host memory also as a process killed,
 # which SIGKILL says without naming the OOM killer); "works_single" is a contrast that
 # no symptom names, read by the signatures of one GPU (or node) working and several failing
@@ -45,9 +47,9 @@ PHRASE_SYMPTOMS = {
     "hang": ("hang",), "hang_init": ("hang",), "timeout": ("timeout",), "gpu_oom": ("oom",), "host_oom": ("oom", "crash.rank-exited"),
     "gpu0_extra": ("oom", "gpus-missing"), "one_gpu_used": ("gpus-missing",), "slow": ("slow",), "crash": ("crash",),
 }  # fmt: skip
-# shares of the phrases recognised (development half, held-out half) and of the sentences that
+# shares of the phrases recognised (development half, held-out half, the second writer's set) and of the sentences that
 # name no failure yet show a symptom: the scores after the last round, less a margin
-PHRASE_FLOORS = {"dev": 0.95, "held": 0.6}
+PHRASE_FLOORS = {"dev": 0.95, "held": 0.66, "second": 0.95}
 NEGATIVE_CEILINGS = {"dev": 0, "held": 6}
 
 
@@ -104,8 +106,11 @@ def _half(items: list, half: str) -> list:
 @pytest.mark.parametrize("half", sorted(PHRASE_FLOORS))
 def test_symptom_phrases_keep_their_floor(kb, half):
     misses, total = [], 0
-    for kind, langs in PHRASES["symptoms"].items():
-        for phrase in (p for phrases in langs.values() for p in _half(phrases, half)):
+    source = PHRASES_2 if half == "second" else PHRASES
+    for kind, langs in source["symptoms"].items():
+        for phrase in (
+            p for phrases in langs.values() for p in (phrases if half == "second" else _half(phrases, half))
+        ):
             total += 1
             report = diagnose_text(log=phrase, kb=kb)
             if kind in PHRASE_SYMPTOMS:
