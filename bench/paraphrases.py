@@ -13,7 +13,9 @@ issue that is mostly what was already tried, a pasted log with one line of quest
 sets I and J (a fifth writer, eight per cause in each): only the seven causes the held-out sets
 ranked worst (``--by-cause``), each report hinging on a different clue, in mixed styles;
 sets K and L (a sixth writer, eight per cause in each): the same seven causes, each of its sixteen
-reports on yet another clue. They measure how the reader takes wordings no real case held yet.
+reports on yet another clue; set M (a seventh writer): two per cause, one in English and one in
+Chinese, each on a clue of the writer's choosing. They measure how the reader takes wordings no
+real case held yet.
 
 A, C, E, G, I and K are development sets: their misses may guide general fixes (vocabulary, library
 messages), never a pattern copied from their text. B, D, F, H, J and L are held out: scored, not read. The
@@ -42,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from diagnose import diagnose_text  # noqa: E402
 from diagnose.kb import load_kb  # noqa: E402
 
-SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefghijkl"}
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefghijklm"}
 DEVELOPMENT = "acegik"  # the others are held out: --misses does not list them
 
 
