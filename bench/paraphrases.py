@@ -14,11 +14,12 @@ sets I and J (a fifth writer, eight per cause in each): only the seven causes th
 ranked worst (``--by-cause``), each report hinging on a different clue, in mixed styles;
 sets K and L (a sixth writer, eight per cause in each): the same seven causes, each of its sixteen
 reports on yet another clue; set M (a seventh writer): two per cause, one in English and one in
-Chinese, each on a clue of the writer's choosing. They measure how the reader takes wordings no
+Chinese, each on a clue of the writer's choosing; set N (an eighth writer): one Chinese report
+per cause. They measure how the reader takes wordings no
 real case held yet.
 
-A, C, E, G, I and K are development sets: their misses may guide general fixes (vocabulary, library
-messages), never a pattern copied from their text. B, D, F, H, J and L are held out: scored, not read. The
+A, C, E, G, I, K and N are development sets: their misses may guide general fixes (vocabulary, library
+messages), never a pattern copied from their text. B, D, F, H, J, L and M are held out: scored, not read. The
 blind scores and each later score are in ``bench/paraphrases.csv``; ``tests/test_paraphrases.py``
 keeps a floor under each set, and under the symptom phrases (``bench/phrases.csv``), whose shares
 its assertion messages print.
@@ -44,8 +45,8 @@ sys.path.insert(0, str(ROOT))
 from diagnose import diagnose_text  # noqa: E402
 from diagnose.kb import load_kb  # noqa: E402
 
-SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefghijklm"}
-DEVELOPMENT = "acegik"  # the others are held out: --misses does not list them
+SETS = {name: ROOT / "tests" / "fixtures" / "paraphrases" / f"reports-{name}.yaml" for name in "abcdefghijklmn"}
+DEVELOPMENT = "acegikn"  # the others are held out: --misses does not list them
 
 
 def ranks(path: Path) -> list[tuple[dict, int | None, list[str]]]:
