@@ -15,8 +15,7 @@ ranked worst (``--by-cause``), each report hinging on a different clue, in mixed
 sets K and L (a sixth writer, eight per cause in each): the same seven causes, each of its sixteen
 reports on yet another clue; set M (a seventh writer): two per cause, one in English and one in
 Chinese, each on a clue of the writer's choosing; set N (an eighth writer): one Chinese report
-per cause. They measure how the reader takes wordings no
-real case held yet.
+per cause. They measure how the reader takes wordings no real case held yet.
 
 A, C, E, G, I, K and N are development sets: their misses may guide general fixes (vocabulary, library
 messages), never a pattern copied from their text. B, D, F, H, J, L and M are held out: scored, not read. The

@@ -50,8 +50,8 @@ PHRASE_SYMPTOMS = {
     "hang": ("hang",), "hang_init": ("hang",), "timeout": ("timeout",), "gpu_oom": ("oom",), "host_oom": ("oom", "crash.rank-exited"),
     "gpu0_extra": ("oom", "gpus-missing"), "one_gpu_used": ("gpus-missing",), "slow": ("slow",), "crash": ("crash",),
 }  # fmt: skip
-# shares of the phrases recognised (development half, held-out half, the second writer's set) and of the sentences that
-# name no failure yet show a symptom: the scores after the last round, less a margin
+# shares of the phrases recognised (development half, held-out half, the second writer's set) and
+# of the sentences that name no failure yet show a symptom: the scores after the last round, less a margin
 PHRASE_FLOORS = {"dev": 0.95, "held": 0.66, "second": 0.95}
 NEGATIVE_CEILINGS = {"dev": 0, "held": 6, "second": 6}
 
@@ -103,6 +103,9 @@ def test_the_written_reports_keep_their_floor(kb, name):
 
 
 def _half(items: list, half: str) -> list:
+    """The first writer's phrases split even (dev) and odd (held); the second writer's sets whole."""
+    if half == "second":
+        return items
     return [x for i, x in enumerate(items) if (i % 2 == 0) == (half == "dev")]
 
 
@@ -111,9 +114,7 @@ def test_symptom_phrases_keep_their_floor(kb, half):
     misses, total = [], 0
     source = PHRASES_2 if half == "second" else PHRASES
     for kind, langs in source["symptoms"].items():
-        for phrase in (
-            p for phrases in langs.values() for p in (phrases if half == "second" else _half(phrases, half))
-        ):
+        for phrase in (p for phrases in langs.values() for p in _half(phrases, half)):
             total += 1
             report = diagnose_text(log=phrase, kb=kb)
             if kind in PHRASE_SYMPTOMS:
@@ -134,7 +135,7 @@ def test_sentences_that_name_no_failure_show_no_symptom(kb, half):
     shown = [
         sentence
         for sentences in source.values()
-        for sentence in (sentences if half == "second" else _half(sentences, half))
+        for sentence in _half(sentences, half)
         if diagnose_text(log=sentence, kb=kb).symptoms
     ]
     assert len(shown) <= NEGATIVE_CEILINGS[half], shown
